@@ -1,0 +1,67 @@
+"""Helpers for tests that drive a local cluster: the tool, its status, Slurm clients, SSH."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL = REPO / "bin" / "local-cluster"
+
+
+def local_cluster(*args, env=None, check=True):
+    proc = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"local-cluster {' '.join(args)} failed ({proc.returncode}):\n"
+                             f"{proc.stdout}{proc.stderr}")
+    return proc
+
+
+def status(inventory):
+    return json.loads(local_cluster("status", "-i", str(inventory), "--json").stdout)
+
+
+class Cluster:
+    """A running local cluster, seen through its status report."""
+
+    def __init__(self, inventory):
+        self.inventory = Path(inventory)
+        self.report = status(inventory)
+        self.env = {**os.environ, "SLURM_CONF": self.report["slurm_conf"]}
+        self.nodes = {n["name"]: n for n in self.report["nodes"]}
+        self.state_dir = Path(self.report["state_dir"])
+        self.nas = Path(self.report["nas"])
+
+    def slurm(self, *argv, check=True, timeout=120):
+        proc = subprocess.run(list(argv), capture_output=True, text=True, env=self.env, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    def ssh(self, node, command, check=True):
+        """Run a command on a node over SSH, as Ansible reaches it."""
+        ssh_dir = self.state_dir / "ssh"
+        proc = subprocess.run(
+            ["ssh", "-i", str(ssh_dir / "id_ed25519"), "-o", f"UserKnownHostsFile={ssh_dir / 'known_hosts'}",
+             "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+             f"root@{self.nodes[node]['address']}", command],
+            capture_output=True, text=True, timeout=60)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"ssh {node} {command!r} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    def pids(self):
+        return {c["name"]: c["pid"] for c in status(self.inventory)["components"]}
+
+
+def write_inventory(directory, hosts_yaml, all_vars):
+    """An inventory directory like inventory/local: hosts.yml and group_vars/all.yml."""
+    directory = Path(directory)
+    (directory / "group_vars").mkdir(parents=True, exist_ok=True)
+    (directory / "hosts.yml").write_text(textwrap.dedent(hosts_yaml))
+    (directory / "group_vars" / "all.yml").write_text(
+        "---\n" + "".join(f"{key}: {json.dumps(value)}\n" for key, value in all_vars.items()))
+    return directory

@@ -1,0 +1,478 @@
+"""Unit tests for library/nccl_network_facts.py against recorded sysfs trees."""
+
+import errno
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SYSFS_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sysfs"
+
+
+def _load_module():
+    # library/ is not a package; load the module file the way Ansible would find it.
+    spec = importlib.util.spec_from_file_location(
+        "nccl_network_facts", REPO_ROOT / "library" / "nccl_network_facts.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+nccl = _load_module()
+
+DEFAULT_EXCLUDE = ["lo", "docker*", "veth*", "virbr*", "br-*"]
+
+ENS1F0_LINK_LOCAL = "fe80:0000:0000:0000:0a0b:0cff:fe0d:0e0f"
+ENS1F0_IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:0a0a:000b"  # 10.10.0.11
+ENS1F1_LINK_LOCAL = "fe80:0000:0000:0000:0a0b:0cff:fe0d:0e10"
+ENS1F1_IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:0a0a:010b"  # 10.10.1.11
+
+# Addresses the role would pass from Ansible facts, per scenario.
+IPV4_ADDRESSES = {
+    "ib_single": {"ib0": ["10.1.0.11"], "eno1": ["192.168.1.11"], "lo": ["127.0.0.1"]},
+    "roce_v1_v2": {
+        "ens1f0": ["10.10.0.11"],
+        "docker0": ["172.17.0.1"],
+        "lo": ["127.0.0.1"],
+    },
+    "two_hcas_one_down": {"ens1f0": ["10.10.0.11"], "lo": ["127.0.0.1"]},
+    "two_hcas": {
+        "ens1f0": ["10.10.0.11"],
+        "ens1f1": ["10.10.1.11"],
+        "lo": ["127.0.0.1"],
+    },
+    "no_hca": {"eth0": ["10.0.0.5"], "lo": ["127.0.0.1"]},
+}
+
+
+def sysfs(scenario):
+    return str(SYSFS_FIXTURES / scenario)
+
+
+def roce_gids(ndev, link_local, ipv4_mapped=None):
+    gids = [
+        {"index": 0, "gid": link_local, "type": "IB/RoCE v1", "ndev": ndev},
+        {"index": 1, "gid": link_local, "type": "RoCE v2", "ndev": ndev},
+    ]
+    if ipv4_mapped:
+        gids += [
+            {"index": 2, "gid": ipv4_mapped, "type": "IB/RoCE v1", "ndev": ndev},
+            {"index": 3, "gid": ipv4_mapped, "type": "RoCE v2", "ndev": ndev},
+        ]
+    return gids
+
+
+def active_roce_port(hca_name, ndev, link_local, ipv4_mapped=None):
+    """(hca name, port 1) as active_ports() returns it, for cases no recorded tree covers."""
+    return hca_name, {
+        "port": 1,
+        "state": "ACTIVE",
+        "active": True,
+        "link_layer": "Ethernet",
+        "rate": "100 Gb/sec (4X EDR)",
+        "gids": roce_gids(ndev, link_local, ipv4_mapped),
+    }
+
+
+def run_module(capsys, **module_args):
+    """Run main() in-process and return the JSON result it printed."""
+    with patch_module_args(module_args), pytest.raises(SystemExit):
+        nccl.main()
+    return json.loads(capsys.readouterr().out)
+
+
+# --- reading sysfs -----------------------------------------------------------------
+
+
+def test_read_sysfs_value_strips_trailing_newline(tmp_path):
+    (tmp_path / "state").write_text("4: ACTIVE\n")
+    assert nccl.read_sysfs_value(str(tmp_path / "state")) == "4: ACTIVE"
+
+
+def test_read_sysfs_value_missing_and_empty_are_none(tmp_path):
+    (tmp_path / "empty").write_text("\n")
+    assert nccl.read_sysfs_value(str(tmp_path / "missing")) is None
+    assert nccl.read_sysfs_value(str(tmp_path / "empty")) is None
+
+
+def test_read_sysfs_value_einval_is_none(tmp_path, monkeypatch):
+    # The kernel answers EINVAL when reading gid_attrs/types/<i> of an unused GID.
+    type_file = tmp_path / "4"
+    type_file.write_text("RoCE v2\n")
+
+    def open_failing_with_einval(*args, **kwargs):
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(nccl, "open", open_failing_with_einval, raising=False)
+    assert nccl.read_sysfs_value(str(type_file)) is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [("4: ACTIVE", "ACTIVE"), ("1: DOWN", "DOWN"), (None, None)]
+)
+def test_parse_port_state(raw, expected):
+    assert nccl.parse_port_state(raw) == expected
+
+
+def test_read_hcas_ib_single():
+    assert nccl.read_hcas(sysfs("ib_single")) == [
+        {
+            "name": "mlx5_0",
+            "node_guid": "0c42:a103:008b:6f5c",
+            "fw_ver": "20.39.1002",
+            "board_id": "MT_0000000223",
+            "ports": [
+                {
+                    "port": 1,
+                    "state": "ACTIVE",
+                    "active": True,
+                    "link_layer": "InfiniBand",
+                    "rate": "100 Gb/sec (4X EDR)",
+                    "gids": [
+                        {
+                            "index": 0,
+                            "gid": "fe80:0000:0000:0000:0c42:a103:008b:6f5c",
+                            "type": "IB/RoCE v1",
+                            "ndev": None,
+                        }
+                    ],
+                }
+            ],
+        }
+    ]
+
+
+def test_read_hcas_roce_v1_v2_keeps_only_populated_gids():
+    (hca,) = nccl.read_hcas(sysfs("roce_v1_v2"))
+    (port,) = hca["ports"]
+    assert (port["link_layer"], port["state"], port["active"]) == (
+        "Ethernet",
+        "ACTIVE",
+        True,
+    )
+    assert port["gids"] == roce_gids("ens1f0", ENS1F0_LINK_LOCAL, ENS1F0_IPV4_MAPPED)
+
+
+def test_read_hcas_two_hcas_one_down():
+    hcas = nccl.read_hcas(sysfs("two_hcas_one_down"))
+    assert [
+        (hca["name"], port["port"], port["state"], port["active"], port["rate"])
+        for hca in hcas
+        for port in hca["ports"]
+    ] == [
+        ("mlx5_0", 1, "ACTIVE", True, "100 Gb/sec (4X EDR)"),
+        ("mlx5_1", 1, "DOWN", False, "40 Gb/sec (4X QDR)"),
+    ]
+    assert hcas[1]["ports"][0]["gids"] == roce_gids("ens1f1", ENS1F1_LINK_LOCAL)
+
+
+def test_read_hcas_two_hcas_both_active_with_ipv4_mapped_gids():
+    hcas = nccl.read_hcas(sysfs("two_hcas"))
+    assert [
+        (hca["name"], [port["active"] for port in hca["ports"]]) for hca in hcas
+    ] == [
+        ("mlx5_0", [True]),
+        ("mlx5_1", [True]),
+    ]
+    assert hcas[1]["ports"][0]["gids"] == roce_gids(
+        "ens1f1", ENS1F1_LINK_LOCAL, ENS1F1_IPV4_MAPPED
+    )
+
+
+def test_read_hcas_without_class_infiniband_is_empty():
+    assert not os.path.exists(os.path.join(sysfs("no_hca"), "class", "infiniband"))
+    assert nccl.read_hcas(sysfs("no_hca")) == []
+
+
+def test_read_interfaces_ib_single():
+    assert nccl.read_interfaces(sysfs("ib_single"), {"ib0": ["10.1.0.11"]}) == [
+        {
+            "name": "eno1",
+            "operstate": "up",
+            "type": 1,
+            "virtual": False,
+            "mtu": 1500,
+            "address": "3c:ec:ef:12:34:56",
+            "ipv4": [],
+        },
+        {
+            "name": "ib0",
+            "operstate": "up",
+            "type": 32,
+            "virtual": False,
+            "mtu": 2044,
+            "address": "00:00:10:29:fe:80:00:00:00:00:00:00:0c:42:a1:03:00:8b:6f:5c",
+            "ipv4": ["10.1.0.11"],
+        },
+        {
+            "name": "lo",
+            "operstate": "unknown",
+            "type": 772,
+            "virtual": True,
+            "mtu": 65536,
+            "address": "00:00:00:00:00:00",
+            "ipv4": [],
+        },
+    ]
+
+
+def test_read_interfaces_tells_virtual_from_physical_by_symlink_target():
+    interfaces = nccl.read_interfaces(sysfs("roce_v1_v2"), {})
+    assert {iface["name"]: iface["virtual"] for iface in interfaces} == {
+        "docker0": True,
+        "ens1f0": False,
+        "lo": True,
+    }
+
+
+def test_interface_without_symlink_is_neither_virtual_nor_physical(tmp_path):
+    (tmp_path / "class" / "net" / "eth9").mkdir(parents=True)
+    assert nccl.is_virtual_interface(str(tmp_path), "eth9") is None
+
+
+# --- choosing -----------------------------------------------------------------------
+
+
+def test_choose_gid_index_prefers_ipv4_mapped_gid_of_the_preferred_type():
+    gids = roce_gids("ens1f0", ENS1F0_LINK_LOCAL, ENS1F0_IPV4_MAPPED)
+    assert nccl.choose_gid_index(gids, "RoCE v2") == 3
+    assert nccl.choose_gid_index(gids, "IB/RoCE v1") == 2
+
+
+def test_choose_gid_index_falls_back_to_link_local_without_ipv4_mapped_gid():
+    assert nccl.choose_gid_index(roce_gids("ens1f1", ENS1F1_LINK_LOCAL), "RoCE v2") == 1
+
+
+def test_choose_gid_index_without_gid_of_preferred_type_is_none():
+    gids = [{"index": 0, "gid": ENS1F0_LINK_LOCAL, "type": None, "ndev": "ens1f0"}]
+    assert nccl.choose_gid_index(gids, "RoCE v2") is None
+
+
+def test_propose_gid_index_is_not_needed_for_infiniband():
+    ports = nccl.active_ports(nccl.read_hcas(sysfs("ib_single")))
+    assert nccl.propose_gid_index(ports, "RoCE v2") == (None, [])
+
+
+def test_propose_gid_index_reports_ports_that_disagree():
+    ports = [
+        active_roce_port("mlx5_0", "ens1f0", ENS1F0_LINK_LOCAL, ENS1F0_IPV4_MAPPED),
+        active_roce_port("mlx5_1", "ens1f1", ENS1F1_LINK_LOCAL),
+        active_roce_port("mlx5_2", "ens2f0", ENS1F0_LINK_LOCAL, ENS1F0_IPV4_MAPPED),
+    ]
+    assert nccl.propose_gid_index(ports, "RoCE v2") == (
+        3,
+        [
+            "Active RoCE ports disagree on the RoCE v2 GID index (mlx5_0:1=3, mlx5_1:1=1, mlx5_2:1=3); proposing 3."
+        ],
+    )
+
+
+def test_propose_gid_index_breaks_a_tie_with_the_lowest_index():
+    ports = [
+        active_roce_port("mlx5_0", "ens1f0", ENS1F0_LINK_LOCAL, ENS1F0_IPV4_MAPPED),
+        active_roce_port("mlx5_1", "ens1f1", ENS1F1_LINK_LOCAL),
+    ]
+    assert nccl.propose_gid_index(ports, "RoCE v2") == (
+        1,
+        [
+            "Active RoCE ports disagree on the RoCE v2 GID index (mlx5_0:1=3, mlx5_1:1=1); proposing 1."
+        ],
+    )
+
+
+def test_propose_gid_index_warns_about_a_port_without_the_preferred_type():
+    name, port = active_roce_port("mlx5_0", "ens1f0", ENS1F0_LINK_LOCAL)
+    port["gids"] = [gid for gid in port["gids"] if gid["type"] != "RoCE v2"]
+    assert nccl.propose_gid_index([(name, port)], "RoCE v2") == (
+        None,
+        ["mlx5_0:1 has no RoCE v2 GID; NCCL_IB_GID_INDEX does not fit it."],
+    )
+
+
+def test_select_socket_interfaces_applies_excludes_globs():
+    interfaces = nccl.read_interfaces(sysfs("roce_v1_v2"), IPV4_ADDRESSES["roce_v1_v2"])
+    assert nccl.select_socket_interfaces(
+        interfaces, DEFAULT_EXCLUDE, addresses_known=True
+    ) == ["ens1f0"]
+    assert nccl.select_socket_interfaces(
+        interfaces, ["ens*"], addresses_known=True
+    ) == ["docker0"]
+
+
+def test_select_socket_interfaces_never_proposes_loopback():
+    loopback_up = [
+        {
+            "name": "lo",
+            "operstate": "up",
+            "type": 772,
+            "virtual": True,
+            "mtu": 65536,
+            "address": "00:00:00:00:00:00",
+            "ipv4": ["127.0.0.1"],
+        }
+    ]
+    assert nccl.select_socket_interfaces(loopback_up, [], addresses_known=True) == []
+
+
+def test_select_socket_interfaces_skips_down_and_unaddressed_interfaces():
+    interfaces = nccl.read_interfaces(
+        sysfs("two_hcas_one_down"), {"ens1f1": ["10.10.1.11"]}
+    )
+    assert (
+        nccl.select_socket_interfaces(interfaces, DEFAULT_EXCLUDE, addresses_known=True)
+        == []
+    )
+    assert nccl.select_socket_interfaces(
+        interfaces, DEFAULT_EXCLUDE, addresses_known=False
+    ) == ["ens1f0"]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "expected"),
+    [
+        (
+            "ib_single",
+            {
+                "NCCL_IB_DISABLE": "0",
+                "NCCL_IB_HCA": "mlx5_0:1",
+                "NCCL_SOCKET_IFNAME": "eno1,ib0",
+            },
+        ),
+        (
+            "roce_v1_v2",
+            {
+                "NCCL_IB_DISABLE": "0",
+                "NCCL_IB_HCA": "mlx5_0:1",
+                "NCCL_IB_GID_INDEX": "3",
+                "NCCL_SOCKET_IFNAME": "ens1f0",
+            },
+        ),
+        (
+            "two_hcas_one_down",
+            {
+                "NCCL_IB_DISABLE": "0",
+                "NCCL_IB_HCA": "mlx5_0:1",
+                "NCCL_IB_GID_INDEX": "3",
+                "NCCL_SOCKET_IFNAME": "ens1f0",
+            },
+        ),
+        (
+            "two_hcas",
+            {
+                "NCCL_IB_DISABLE": "0",
+                "NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1",
+                "NCCL_IB_GID_INDEX": "3",
+                "NCCL_SOCKET_IFNAME": "ens1f0,ens1f1",
+            },
+        ),
+        ("no_hca", {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0"}),
+    ],
+)
+def test_propose_nccl_settings_per_scenario(scenario, expected):
+    hcas = nccl.read_hcas(sysfs(scenario))
+    interfaces = nccl.read_interfaces(sysfs(scenario), IPV4_ADDRESSES[scenario])
+    assert nccl.propose_nccl_settings(
+        hcas, interfaces, DEFAULT_EXCLUDE, "RoCE v2", addresses_known=True
+    ) == (expected, [])
+
+
+def test_propose_nccl_settings_without_a_qualifying_interface_omits_socket_ifname():
+    interfaces = nccl.read_interfaces(sysfs("no_hca"), {"lo": ["127.0.0.1"]})
+    assert nccl.propose_nccl_settings(
+        [], interfaces, DEFAULT_EXCLUDE, "RoCE v2", addresses_known=True
+    ) == (
+        {"NCCL_IB_DISABLE": "1"},
+        [
+            "No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, not excluded, with an IPv4 address)."
+        ],
+    )
+
+
+# --- the module end to end ----------------------------------------------------------
+
+
+def test_module_two_hcas(capsys):
+    result = run_module(
+        capsys, sysfs_root=sysfs("two_hcas"), ipv4_addresses=IPV4_ADDRESSES["two_hcas"]
+    )
+    facts = result["ansible_facts"]["nccl_network"]
+    assert result["changed"] is False
+    assert "warnings" not in result
+    assert facts["proposed"] == {
+        "NCCL_IB_DISABLE": "0",
+        "NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1",
+        "NCCL_IB_GID_INDEX": "3",
+        "NCCL_SOCKET_IFNAME": "ens1f0,ens1f1",
+    }
+    assert facts["warnings"] == []
+    assert [hca["name"] for hca in facts["hcas"]] == ["mlx5_0", "mlx5_1"]
+    assert [iface["name"] for iface in facts["interfaces"]] == [
+        "ens1f0",
+        "ens1f1",
+        "lo",
+    ]
+
+
+def test_module_no_hca_in_check_mode(capsys):
+    result = run_module(
+        capsys,
+        sysfs_root=sysfs("no_hca"),
+        ipv4_addresses=IPV4_ADDRESSES["no_hca"],
+        _ansible_check_mode=True,
+    )
+    assert result["changed"] is False
+    assert result["ansible_facts"]["nccl_network"]["hcas"] == []
+    assert result["ansible_facts"]["nccl_network"]["proposed"] == {
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_SOCKET_IFNAME": "eth0",
+    }
+
+
+def test_module_without_ipv4_addresses_warns(capsys):
+    result = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"))
+    facts = result["ansible_facts"]["nccl_network"]
+    expected_warning = (
+        "ipv4_addresses not given; NCCL_SOCKET_IFNAME lists up interfaces without knowing "
+        "whether they have an IPv4 address."
+    )
+    assert facts["proposed"]["NCCL_SOCKET_IFNAME"] == "ens1f0"
+    assert facts["warnings"] == [expected_warning]
+    # ansible-core 2.19 returns module warnings as structured summaries.
+    assert [warning["event"]["msg"] for warning in result["warnings"]] == [
+        expected_warning
+    ]
+
+
+def test_module_prefer_gid_type_roce_v1(capsys):
+    result = run_module(
+        capsys,
+        sysfs_root=sysfs("roce_v1_v2"),
+        prefer_gid_type="IB/RoCE v1",
+        ipv4_addresses=IPV4_ADDRESSES["roce_v1_v2"],
+    )
+    assert (
+        result["ansible_facts"]["nccl_network"]["proposed"]["NCCL_IB_GID_INDEX"] == "2"
+    )
+
+
+def test_module_fails_on_missing_sysfs_root(capsys, tmp_path):
+    missing = str(tmp_path / "no-such-sys")
+    result = run_module(capsys, sysfs_root=missing)
+    assert result["failed"] is True
+    assert result["msg"] == f"sysfs_root {missing} does not exist or is not a directory"
+
+
+def test_module_rejects_an_address_string_instead_of_a_list(capsys):
+    result = run_module(
+        capsys, sysfs_root=sysfs("no_hca"), ipv4_addresses={"eth0": "10.0.0.5"}
+    )
+    assert result["failed"] is True
+    assert (
+        result["msg"]
+        == "ipv4_addresses[eth0] must be a list of addresses, got '10.0.0.5'"
+    )
