@@ -1,0 +1,679 @@
+"""Submit a Slurm batch job and follow it to its end; query or cancel a job."""
+
+DOCUMENTATION = r"""
+---
+module: slurm_job
+short_description: Submit a Slurm batch job and follow it to its end, query it or cancel it
+description:
+  - Submits a batch script with C(sbatch) and follows the job until it reaches a final state,
+    asking Slurm less and less often while the job does not change (see O(poll_min), O(poll_max)).
+  - Submitting is idempotent. The job carries the comment C(fingerprint:<hash>), the first 16 hex
+    digits of the SHA-256 of O(job_name) followed by the script's content. When a pending or
+    running job of the current user with the same name and fingerprint exists, the module follows
+    it instead of submitting a copy (O(force) submits anyway).
+  - The job's state comes from C(scontrol show job); a job that slurmctld has forgotten (it ended
+    more than C(MinJobAge) ago) is looked up with C(sacct) when accounting is available
+    (O(accounting)).
+  - A job that ends in a final state other than COMPLETED makes the task fail, with the job's
+    exit code, reason and the tail of its output log in the result.
+  - Transient errors of slurmctld or slurmdbd (timeouts, connection refused, standby controller)
+    are retried with exponential back-off. A submission that failed that way is retried only
+    after C(squeue) shows that the controller did not queue the job after all; with O(force) it
+    is retried without that check.
+options:
+  state:
+    description:
+      - V(present) submits O(script), or follows an identical pending or running job, or with
+        O(job_id) follows that job.
+      - V(query) reports the state of the job O(job_id) once, without waiting and without failing
+        for a job that failed.
+      - V(absent) cancels the job O(job_id) with C(scancel) and, with O(wait), waits until it is in
+        a final state. A job that is already final or unknown to Slurm is left alone.
+    type: str
+    choices: [present, query, absent]
+    default: present
+  script:
+    description:
+      - Path of the rendered batch script on the host the module runs on.
+      - Required with O(job_name) for O(state=present) unless O(job_id) is given.
+    type: path
+  job_name:
+    description:
+      - Name of the job (C(sbatch --job-name)), made of 1 to 128 letters, digits, C(-), C(_) or C(.).
+      - Part of the fingerprint that identifies an already submitted copy.
+    type: str
+  chdir:
+    description:
+      - Directory C(sbatch) is run in, which becomes the job's working directory unless
+        O(sbatch_args) sets C(--chdir).
+    type: path
+  sbatch_args:
+    description:
+      - Further C(sbatch) options, one per list item (for example C(--nodes=2)); they are passed as
+        separate arguments, never through a shell.
+      - Options the module sets itself are refused (C(--job-name), C(--comment), C(--parsable),
+        C(--test-only), C(--wait)), and so is C(--array), since the module follows single jobs.
+    type: list
+    elements: str
+    default: []
+  job_id:
+    description:
+      - Job to query (O(state=query)), cancel (O(state=absent)) or follow (O(state=present)).
+    type: int
+  wait:
+    description:
+      - Follow the job until it is in a final state. With V(false) the module reports the state
+        seen right after submitting or cancelling.
+      - Not used with O(state=query).
+    type: bool
+    default: true
+  timeout:
+    description:
+      - Seconds to follow the job; V(0) follows without a limit.
+      - When the time is up the module returns the current state with RV(timed_out=true); it does
+        not fail and does not cancel the job.
+    type: int
+    default: 0
+  poll_min:
+    description:
+      - First interval in seconds between two looks at the job, used again after each change of
+        state.
+    type: float
+    default: 1
+  poll_max:
+    description:
+      - Longest interval in seconds between two looks at the job; the interval doubles from
+        O(poll_min) up to this while the state stays the same.
+    type: float
+    default: 30
+  accounting:
+    description:
+      - Whether C(sacct) (slurmdbd) may be asked about a job slurmctld no longer knows.
+      - V(auto) asks C(sacct) once when it is needed and uses it from then on if slurmdbd answers.
+      - V(yes) requires an answer from C(sacct); its errors fail the task.
+      - V(no) never runs C(sacct).
+    type: str
+    choices: [auto, 'yes', 'no']
+    default: auto
+  force:
+    description:
+      - Submit a new copy even when an identical job is pending or running.
+    type: bool
+    default: false
+  log_tail_lines:
+    description:
+      - Number of lines from the end of the job's output file to return in RV(log_tail), when that
+        file is readable on the host the module runs on. V(0) reads nothing.
+    type: int
+    default: 40
+  environment:
+    description:
+      - Variables for the Slurm commands, for example C(SLURM_CONF). C(LC_ALL) is always C(C), so
+        that the output parses the same everywhere.
+    type: dict
+    default: {}
+notes:
+  - Supports check mode. O(state=present) then runs C(sbatch --test-only) and returns its
+    prediction in RV(test_only) (RV(changed=true)), or reports the identical job already queued
+    (RV(changed=false)); nothing is submitted or cancelled and nothing is followed.
+  - RV(queries) counts every Slurm command the module ran, retries included.
+author:
+  - ansible-slurm-train maintainers
+"""
+
+EXAMPLES = r"""
+- name: Train on two GPU nodes and wait for the result
+  slurm_job:
+    script: /nas/runs/train-ddp/train-ddp.sbatch
+    job_name: train-ddp
+    chdir: /nas/runs/train-ddp
+    sbatch_args:
+      - --nodes=2
+      - --partition=gpu_A6000
+    timeout: 7200
+  register: train
+
+- name: Submit without waiting, then follow later
+  slurm_job:
+    script: /nas/runs/sweep/lr-0.1.sbatch
+    job_name: sweep-lr-0.1
+    wait: false
+  register: sweep
+
+- name: Follow the job submitted above
+  slurm_job:
+    job_id: "{{ sweep.job_id }}"
+    environment:
+      SLURM_CONF: /srv/local-cluster/etc/slurm.conf
+
+- name: Look at a job without waiting
+  slurm_job:
+    state: query
+    job_id: 1234
+  register: job
+
+- name: Cancel a job and wait until Slurm has stopped it
+  slurm_job:
+    state: absent
+    job_id: 1234
+    timeout: 120
+"""
+
+RETURN = r"""
+job_id:
+  description: The Slurm job id; null when nothing was submitted (check mode).
+  returned: always
+  type: int
+  sample: 1234
+state:
+  description: Base state of the job as Slurm reports it; null when Slurm does not know the job.
+  returned: always
+  type: str
+  sample: COMPLETED
+outcome:
+  description:
+    - One word for what the state means, for example C(waiting), C(running), C(succeeded),
+      C(failed), C(cancelled), C(timeout), C(node_failure), C(out_of_memory), C(requeued).
+  returned: always
+  type: str
+  sample: succeeded
+final:
+  description: Whether the job is in a final state; null when the state is unknown.
+  returned: always
+  type: bool
+  sample: true
+state_description:
+  description: One line about the state, for people.
+  returned: always
+  type: str
+  sample: every process on every node exited with code 0
+exit_code:
+  description: Exit code of the batch script (the first half of Slurm's C(ExitCode=2:0)).
+  returned: always
+  type: int
+  sample: 0
+exit_signal:
+  description: Signal that ended the batch script, 0 if none.
+  returned: always
+  type: int
+  sample: 0
+reason:
+  description: Slurm's reason for the state (C(Resources), C(NonZeroExitCode), ...); null for C(None).
+  returned: always
+  type: str
+  sample: Resources
+nodes:
+  description: Names of the nodes allocated to the job; empty while it waits.
+  returned: always
+  type: list
+  elements: str
+  sample: [node110, node111]
+elapsed_seconds:
+  description: Run time of the job so far, in seconds.
+  returned: always
+  type: int
+  sample: 3723
+restarts:
+  description: How many times Slurm requeued the job.
+  returned: always
+  type: int
+  sample: 0
+stdout_path:
+  description: The job's output file; null when Slurm no longer tells (state from C(sacct)).
+  returned: always
+  type: str
+  sample: /nas/runs/train-ddp/train-ddp-1234.out
+stderr_path:
+  description: The job's error file; the same as RV(stdout_path) unless C(--error) was given.
+  returned: always
+  type: str
+  sample: /nas/runs/train-ddp/train-ddp-1234.out
+log_tail:
+  description: The last O(log_tail_lines) lines of RV(stdout_path), when it is readable here.
+  returned: always
+  type: list
+  elements: str
+  sample: ["epoch 10 loss 0.031", "training done"]
+name:
+  description: The job's name.
+  returned: always
+  type: str
+  sample: train-ddp
+partition:
+  description: The partition the job runs in; null when Slurm does not tell (state from C(sacct)).
+  returned: always
+  type: str
+  sample: gpu_A6000
+state_source:
+  description: Where the state came from, C(scontrol) or C(sacct); null when no job was looked at.
+  returned: always
+  type: str
+  sample: scontrol
+submitted:
+  description: Whether this run submitted the job.
+  returned: always
+  type: bool
+  sample: true
+found_existing:
+  description: Whether an identical pending or running job was found and followed instead.
+  returned: always
+  type: bool
+  sample: false
+timed_out:
+  description: Whether following stopped at O(timeout) before the job reached a final state.
+  returned: always
+  type: bool
+  sample: false
+changed:
+  description: Whether a job was submitted or cancelled (in check mode, would be).
+  returned: always
+  type: bool
+  sample: true
+queries:
+  description: How many Slurm commands the module ran, retries included.
+  returned: always
+  type: int
+  sample: 9
+test_only:
+  description: The prediction of C(sbatch --test-only); null outside check mode.
+  returned: always
+  type: dict
+  sample: {"job_id": 1234, "start": "2026-12-02T13:40:01", "processors": 16,
+           "nodes": ["node110", "node111"], "partition": "gpu_A6000", "cluster": null}
+  contains:
+    job_id:
+      description: Job id sbatch would have given.
+      returned: always
+      type: int
+      sample: 1234
+    start:
+      description: Expected start time.
+      returned: always
+      type: str
+      sample: "2026-12-02T13:40:01"
+    processors:
+      description: Number of processors the job would get.
+      returned: always
+      type: int
+      sample: 16
+    nodes:
+      description: Nodes the job would run on.
+      returned: always
+      type: list
+      elements: str
+      sample: [node110, node111]
+    partition:
+      description: Partition the job would run in.
+      returned: always
+      type: str
+      sample: gpu_A6000
+    cluster:
+      description: Cluster of a federation the job would run on; null outside a federation.
+      returned: always
+      type: str
+      sample: null
+"""
+
+import hashlib
+import itertools
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.slurm import (
+    INVALID_JOB_ID,
+    SACCT_FORMAT,
+    SQUEUE_FORMAT,
+    JobNotFound,
+    PollSchedule,
+    SlurmParseError,
+    UnknownJobState,
+    backoff_delays,
+    is_transient_error,
+    job_state,
+    parse_sacct,
+    parse_sbatch_parsable,
+    parse_sbatch_test_only,
+    parse_scontrol_job,
+    parse_squeue,
+    retry_command,
+    validate_job_name,
+)
+
+ARGUMENT_SPEC = {
+    "state": {"type": "str", "choices": ["present", "query", "absent"], "default": "present"},
+    "script": {"type": "path"},
+    "job_name": {"type": "str"},
+    "chdir": {"type": "path"},
+    "sbatch_args": {"type": "list", "elements": "str", "default": []},
+    "job_id": {"type": "int"},
+    "wait": {"type": "bool", "default": True},
+    "timeout": {"type": "int", "default": 0},
+    "poll_min": {"type": "float", "default": 1},
+    "poll_max": {"type": "float", "default": 30},
+    "accounting": {"type": "str", "choices": ["auto", "yes", "no"], "default": "auto"},
+    "force": {"type": "bool", "default": False},
+    "log_tail_lines": {"type": "int", "default": 40},
+    "environment": {"type": "dict", "default": {}},
+}
+
+# Options the module sets itself, or that would break following one job.
+RESERVED_SBATCH_OPTIONS = {
+    "--job-name": "use job_name", "-J": "use job_name",
+    "--comment": "the module sets it to the fingerprint",
+    "--parsable": "the module sets it", "--test-only": "use check mode",
+    "--wait": "use wait", "-W": "use wait",
+    "--array": "the module follows single jobs, not arrays", "-a": "the module follows single jobs, not arrays",
+}
+SUBMIT_ATTEMPTS = 5
+# What the result reports of a job record (parse_scontrol_job or parse_sacct, plus its source).
+JOB_KEYS = (
+    "job_id", "state", "exit_code", "exit_signal", "reason", "nodes", "elapsed_seconds",
+    "restarts", "stdout_path", "stderr_path", "name", "partition", "state_source",
+)
+LOG_READ_BLOCK = 64 * 1024
+
+
+def job_fingerprint(job_name, script_content):
+    """What makes two submissions the same job: its name and the exact script."""
+    return hashlib.sha256(job_name.encode("utf-8") + script_content).hexdigest()[:16]
+
+
+def reserved_option_problem(sbatch_args):
+    """A message about the first option in sbatch_args that the module must own, or None."""
+    for arg in sbatch_args:
+        option = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
+        if option in RESERVED_SBATCH_OPTIONS:
+            return f"sbatch_args must not contain {arg!r}: {RESERVED_SBATCH_OPTIONS[option]}"
+    return None
+
+
+def read_log_tail(path, lines):
+    """Last ``lines`` lines of a file, read from its end so that a huge log costs little."""
+    if not path or lines <= 0:
+        return []
+    try:
+        with open(path, "rb") as handle:
+            position = handle.seek(0, os.SEEK_END)
+            data = b""
+            # One newline more than lines is needed when the file ends with one.
+            while position > 0 and data.count(b"\n") <= lines:
+                step = min(LOG_READ_BLOCK, position)
+                position -= step
+                handle.seek(position)
+                data = handle.read(step) + data
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()[-lines:]
+
+
+class SlurmCommandError(Exception):
+    """A Slurm command failed for a reason that retrying did not (or could not) cure."""
+
+    def __init__(self, command, rc, stderr):
+        super().__init__(f"{command} failed (rc={rc}): {stderr.strip() or 'no message'}")
+
+
+class SlurmClient:
+    """The Slurm commands as this module runs them: counted, retried when transient, parsed."""
+
+    def __init__(self, module):
+        self.module = module
+        self.queries = 0
+        self.accounting = module.params["accounting"]
+        self.accounting_problem = "accounting=no" if self.accounting == "no" else None
+        # LC_ALL last: the parsers expect the C locale whatever the user sets.
+        self.environ = {name: str(value) for name, value in module.params["environment"].items()}
+        self.environ["LC_ALL"] = "C"
+
+    def run_once(self, argv, cwd=None):
+        self.queries += 1
+        return self.module.run_command(argv, cwd=cwd, environ_update=self.environ, expand_user_and_vars=False)
+
+    def run(self, argv, cwd=None):
+        return retry_command(lambda args: self.run_once(args, cwd=cwd), argv, sleep=time.sleep)
+
+    def show_job(self, job_id):
+        rc, out, err = self.run(["scontrol", "show", "job", "-o", str(job_id)])
+        if rc != 0 and INVALID_JOB_ID not in err:
+            raise SlurmCommandError("scontrol show job", rc, err)
+        job = parse_scontrol_job(out, err)  # raises JobNotFound for INVALID_JOB_ID
+        job["state_source"] = "scontrol"
+        return job
+
+    def accounting_record(self, job_id):
+        """The job as slurmdbd knows it (last run), or None if it does not or may not be asked."""
+        if self.accounting_problem is not None:
+            return None
+        argv = ["sacct", "-j", str(job_id), "-n", "-P", "-D", "-X", "-o", SACCT_FORMAT]
+        if self.accounting == "auto":
+            # One try decides: a slurmdbd that does not answer now is not waited for.
+            rc, out, err = self.run_once(argv)
+            if rc != 0:
+                self.accounting_problem = f"sacct failed: {err.strip()}"
+                return None
+            self.accounting = "yes"
+        else:
+            rc, out, err = self.run(argv)
+            if rc != 0:
+                raise SlurmCommandError("sacct", rc, err)
+        summary = parse_sacct(out)[1]
+        if summary is not None:
+            summary["state_source"] = "sacct"
+        return summary
+
+    def find_job(self, job_id):
+        """The job's current record: slurmctld first (cheap, complete), accounting once it forgot the job."""
+        try:
+            return self.show_job(job_id)
+        except JobNotFound:
+            record = self.accounting_record(job_id)
+        if record is None:
+            raise JobNotFound(
+                job_id,
+                "slurmctld does not list it (finished jobs are kept MinJobAge seconds) "
+                f"and {self.accounting_problem or 'accounting has no record of it'}",
+            )
+        return record
+
+    def find_active_copy(self, job_name, comment):
+        """Newest pending or running job of this user with this name and fingerprint comment."""
+        argv = ["squeue", "-h", "-u", str(os.geteuid()), "-n", job_name, "-o", SQUEUE_FORMAT]
+        rc, out, err = self.run(argv)
+        if rc != 0:
+            raise SlurmCommandError("squeue", rc, err)
+        # Array tasks (text ids) are never this module's jobs: it refuses --array.
+        copies = [job for job in parse_squeue(out)
+                  if job["comment"] == comment and isinstance(job["job_id"], int)
+                  and not job_state(job["state"]).final]
+        return max(copies, key=lambda job: job["job_id"], default=None)
+
+    def submit(self, argv, cwd, find_copy):
+        """Run sbatch; return (job id, submitted by this call).
+
+        A transient error may hide a job the controller did queue before the
+        reply was lost, so before trying again ``find_copy`` (if given) looks
+        for it.  That is why retry_command is not used here.
+        """
+        delays = backoff_delays()
+        for attempt in itertools.count(1):
+            rc, out, err = self.run_once(argv, cwd=cwd)
+            if rc == 0:
+                return parse_sbatch_parsable(out)[0], True
+            if attempt == SUBMIT_ATTEMPTS or not is_transient_error(rc, err):
+                raise SlurmCommandError("sbatch", rc, err)
+            time.sleep(next(delays))
+            copy = find_copy() if find_copy else None
+            if copy is not None:
+                return copy["job_id"], False
+
+    def test_only(self, argv, cwd):
+        rc, _, err = self.run(argv, cwd=cwd)
+        if rc != 0:
+            raise SlurmCommandError("sbatch --test-only", rc, err)
+        return parse_sbatch_test_only(err)
+
+    def cancel(self, job_id):
+        rc, _, err = self.run(["scancel", str(job_id)])
+        # scancel ignores jobs that are already done; these messages say the same when verbose.
+        if rc != 0 and not any(text in err for text in ("already completing or completed", INVALID_JOB_ID)):
+            raise SlurmCommandError("scancel", rc, err)
+
+
+class SlurmJobRunner:
+    """One run of the module: decides what to do for ``state`` and builds the result."""
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.slurm = SlurmClient(module)
+        # Every documented key, so that a result always has the same shape.
+        self.result = dict.fromkeys(JOB_KEYS)
+        self.result.update(
+            changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
+            job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
+            nodes=[], log_tail=[],
+        )
+
+    def finish(self, msg=None):
+        self.result["queries"] = self.slurm.queries
+        if msg is None:
+            self.module.exit_json(**self.result)
+        self.module.fail_json(msg=msg, **self.result)
+
+    def record(self, job):
+        """Copy what is known about the job into the result."""
+        info = job_state(job["state"])
+        self.result.update(
+            {key: job[key] for key in JOB_KEYS},
+            outcome=info.outcome, final=info.final, state_description=info.description,
+            log_tail=read_log_tail(job["stdout_path"], self.params["log_tail_lines"]),
+        )
+        return info
+
+    def follow(self, job_id):
+        """Look at the job until it is final or the timeout is up; record what was seen last."""
+        timeout = self.params["timeout"]
+        deadline = time.monotonic() + timeout if timeout else None
+        schedule = PollSchedule(self.params["poll_min"], self.params["poll_max"])
+        job = self.slurm.find_job(job_id)
+        schedule.observe(job["state"])
+        while not job_state(job["state"]).final:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                self.result["timed_out"] = True
+                break
+            interval = next(schedule)
+            time.sleep(interval if remaining is None else min(interval, remaining))
+            job = self.slurm.find_job(job_id)
+            schedule.observe(job["state"])
+        return self.record(job)
+
+    def watch(self, job_id):
+        """Follow the job when asked to (and not in check mode), else look once."""
+        if self.params["wait"] and not self.module.check_mode:
+            return self.follow(job_id)
+        return self.record(self.slurm.find_job(job_id))
+
+    def fail_unless_succeeded(self, info):
+        if info.final and not info.success:
+            result = self.result
+            self.finish(
+                f"Slurm job {result['job_id']} ended in state {result['state']} "
+                f"(exit code {result['exit_code']}, signal {result['exit_signal']}, reason {result['reason']})"
+            )
+
+    def present(self):
+        if self.params["job_id"] is None:
+            self.submit_or_find()
+        if self.result["job_id"] is not None:
+            self.fail_unless_succeeded(self.watch(self.result["job_id"]))
+
+    def submit_or_find(self):
+        params = self.params
+        try:
+            with open(params["script"], "rb") as handle:
+                content = handle.read()
+        except OSError as error:
+            self.finish(f"cannot read script {params['script']}: {error.strerror}")
+        comment = "fingerprint:" + job_fingerprint(params["job_name"], content)
+        find_copy = None if params["force"] else (lambda: self.slurm.find_active_copy(params["job_name"], comment))
+        copy = find_copy() if find_copy else None
+        if copy is not None:
+            self.result.update(job_id=copy["job_id"], found_existing=True)
+            return
+        options = [f"--job-name={params['job_name']}", f"--comment={comment}", *params["sbatch_args"], params["script"]]
+        if self.module.check_mode:
+            self.result["test_only"] = self.slurm.test_only(["sbatch", "--test-only", *options], params["chdir"])
+            self.result["changed"] = True
+            return
+        job_id, submitted = self.slurm.submit(["sbatch", "--parsable", *options], params["chdir"], find_copy)
+        self.result.update(job_id=job_id, submitted=submitted, found_existing=not submitted, changed=submitted)
+
+    def query(self):
+        self.record(self.slurm.find_job(self.params["job_id"]))
+
+    def absent(self):
+        job_id = self.params["job_id"]
+        try:
+            info = self.record(self.slurm.find_job(job_id))
+            if info.final:
+                return
+            self.result["changed"] = True
+            if self.module.check_mode:
+                return
+            self.slurm.cancel(job_id)
+            self.watch(job_id)
+        except JobNotFound:
+            # Unknown to slurmctld and to accounting: nothing left to cancel.
+            self.result.update(state=None, outcome=None, final=True, state_description=str(JobNotFound(job_id)))
+
+    def run(self):
+        try:
+            getattr(self, self.params["state"])()
+        except (SlurmCommandError, SlurmParseError, UnknownJobState, JobNotFound) as error:
+            self.finish(str(error))
+        self.finish()
+
+
+def validate(module):
+    """Check the parameters before any Slurm command runs; return a message or None."""
+    params = module.params
+    if params["job_name"] is not None:
+        try:
+            validate_job_name(params["job_name"])
+        except ValueError as error:
+            return str(error)
+    try:
+        PollSchedule(params["poll_min"], params["poll_max"])  # it checks its own bounds
+    except ValueError as error:
+        return f"poll_min/poll_max: {error}"
+    if params["timeout"] < 0:
+        return f"timeout must be 0 (no limit) or a number of seconds, got {params['timeout']}"
+    if params["log_tail_lines"] < 0:
+        return f"log_tail_lines must not be negative, got {params['log_tail_lines']}"
+    if params["chdir"] is not None and not os.path.isdir(params["chdir"]):
+        return f"chdir {params['chdir']} is not a directory"
+    return reserved_option_problem(params["sbatch_args"])
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        supports_check_mode=True,
+        required_if=[
+            ("state", "present", ("job_id", "script"), True),
+            ("state", "query", ("job_id",)),
+            ("state", "absent", ("job_id",)),
+        ],
+        required_together=[("script", "job_name")],
+        mutually_exclusive=[("job_id", "script")],
+    )
+    problem = validate(module)
+    if problem:
+        module.fail_json(msg=problem, changed=False)
+    SlurmJobRunner(module).run()
+
+
+if __name__ == "__main__":
+    main()

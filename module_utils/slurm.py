@@ -1,0 +1,714 @@
+"""Slurm client helpers shared by this project's Ansible modules.
+
+Shipped to the managed hosts as ``ansible.module_utils.slurm``, so it uses the
+standard library only and never imports Ansible.  Everything here is a pure
+function of the text Slurm 22.05 prints (or of its arguments), which keeps it
+testable with recorded command output.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import random
+import re
+import time
+
+# ---------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------
+
+
+class SlurmParseError(ValueError):
+    """Slurm printed something this module does not understand."""
+
+
+class JobNotFound(LookupError):
+    """slurmctld (or slurmdbd) does not know the job: it never existed or has aged out."""
+
+    def __init__(self, job_id=None, detail=""):
+        self.job_id = job_id
+        what = "the job" if job_id is None else f"job {job_id}"
+        super().__init__(f"Slurm does not know {what}" + (f": {detail}" if detail else ""))
+
+
+class UnknownJobState(ValueError):
+    """A job state missing from JOB_STATES; never taken for a success."""
+
+
+# ---------------------------------------------------------------------------
+# Names
+# ---------------------------------------------------------------------------
+
+NODE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+JOB_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+NODE_NAME_RULE = "1 to 63 letters, digits, '-', '_' or '.', starting with a letter or digit, without '..'"
+JOB_NAME_RULE = "1 to 128 letters, digits, '-', '_' or '.'"
+
+
+def validate_node_name(name):
+    """Return ``name`` if it is a valid Slurm node/host name, else raise ValueError."""
+    # fullmatch, not match with '$': '$' also matches before a trailing newline.
+    if not isinstance(name, str) or not NODE_NAME_RE.fullmatch(name) or ".." in name:
+        raise ValueError(f"invalid node name {name!r}: a node name is {NODE_NAME_RULE}")
+    return name
+
+
+def validate_job_name(name):
+    """Return ``name`` if it is a job name this project accepts, else raise ValueError.
+
+    Slurm itself takes almost anything; the narrow set keeps names safe in file
+    names (``%x`` in --output), log lines and squeue filters.
+    """
+    if not isinstance(name, str) or not JOB_NAME_RE.fullmatch(name):
+        raise ValueError(f"invalid job name {name!r}: a job name is {JOB_NAME_RULE}")
+    return name
+
+
+# ---------------------------------------------------------------------------
+# Hostlists
+# ---------------------------------------------------------------------------
+
+MAX_HOSTLIST_SIZE = 100000
+
+_HOSTLIST_LITERAL_RE = re.compile(r"[A-Za-z0-9._-]*")
+_RANGE_RE = re.compile(r"(\d+)(?:-(\d+))?")
+_TRAILING_NUMBER_RE = re.compile(r"(.*?)(\d+)")
+
+
+def _split_hostlist_items(text):
+    """Split at the commas outside brackets; reject unbalanced or nested brackets."""
+    items = []
+    start = 0
+    inside = False
+    for position, char in enumerate(text):
+        if char == "[":
+            if inside:
+                raise ValueError(f"invalid hostlist {text!r}: nested '[' at position {position}")
+            inside = True
+        elif char == "]":
+            if not inside:
+                raise ValueError(f"invalid hostlist {text!r}: unbalanced ']' at position {position}")
+            inside = False
+        elif char == "," and not inside:
+            items.append(text[start:position])
+            start = position + 1
+    if inside:
+        raise ValueError(f"invalid hostlist {text!r}: '[' is never closed")
+    items.append(text[start:])
+    return items
+
+
+def _expand_bracket(text, group):
+    """Numbers of one bracket group such as ``110-111,113``, keeping zero padding."""
+    numbers = []
+    for part in group.split(","):
+        match = _RANGE_RE.fullmatch(part)
+        if not match:
+            raise ValueError(f"invalid hostlist {text!r}: bad range {part!r} in [{group}]")
+        low_text, high_text = match.groups()
+        low = int(low_text)
+        high = low if high_text is None else int(high_text)
+        if high < low:
+            raise ValueError(f"invalid hostlist {text!r}: reversed range {part!r}")
+        if high - low + 1 > MAX_HOSTLIST_SIZE:
+            raise ValueError(f"invalid hostlist {text!r}: range {part!r} has more than {MAX_HOSTLIST_SIZE} hosts")
+        # Slurm pads to the width of the low bound: node[08-10] -> node08..node10.
+        width = len(low_text)
+        numbers.extend(str(number).zfill(width) for number in range(low, high + 1))
+    return numbers
+
+
+def expand_hostlist(text):
+    """Expand a Slurm hostlist expression into a list of host names.
+
+    ``expand_hostlist("node[110-111,113],gpu[01-03]x")`` gives
+    ``['node110', 'node111', 'node113', 'gpu01x', 'gpu02x', 'gpu03x']``.
+    Several bracket groups in one item give every combination, the leftmost
+    group varying slowest.  Order and duplicates are kept as written.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"invalid hostlist {text!r}: not a string")
+    text = text.strip()
+    if not text:
+        return []
+    hosts = []
+    for item in _split_hostlist_items(text):
+        if not item:
+            raise ValueError(f"invalid hostlist {text!r}: empty host name between commas")
+        # re.split with a group puts the bracket contents at the odd indexes.
+        pieces = re.split(r"\[([^\]]*)\]", item)
+        choices = []
+        for index, piece in enumerate(pieces):
+            if index % 2:
+                choices.append(_expand_bracket(text, piece))
+            elif _HOSTLIST_LITERAL_RE.fullmatch(piece):
+                choices.append([piece])
+            else:
+                raise ValueError(f"invalid hostlist {text!r}: bad characters in {item!r}")
+        combinations = 1
+        for choice in choices:
+            combinations *= len(choice)
+        if len(hosts) + combinations > MAX_HOSTLIST_SIZE:
+            raise ValueError(f"invalid hostlist {text!r}: expands to more than {MAX_HOSTLIST_SIZE} hosts")
+        hosts.extend("".join(parts) for parts in itertools.product(*choices))
+    return hosts
+
+
+def _compress_numbered(prefix, hosts):
+    """``prefix[lo-hi,...]`` for hosts given as (number, digits as written)."""
+    ordered = sorted(hosts, key=lambda host: (host[0], len(host[1])))
+    if len(ordered) == 1:
+        return prefix + ordered[0][1]
+    ranges = []  # [low, high, width]
+    for number, digits in ordered:
+        if ranges:
+            last = ranges[-1]
+            # Extend only when the padding agrees: node9,node10 join; node1,node01 do not.
+            if number == last[1] + 1 and str(number).zfill(last[2]) == digits:
+                last[1] = number
+                continue
+        ranges.append([number, number, len(digits)])
+    parts = [
+        str(low).zfill(width) if low == high else f"{str(low).zfill(width)}-{str(high).zfill(width)}"
+        for low, high, width in ranges
+    ]
+    return f"{prefix}[{','.join(parts)}]"
+
+
+def compress_hostlist(names):
+    """Compress host names into Slurm's ranged form: ``node[110-111,113]``.
+
+    As in Slurm, only a trailing number is ranged (``gpu01x`` stays as it is),
+    hosts are sorted and de-duplicated, and zero padding is kept
+    (``node08,node09,node10`` -> ``node[08-10]``).
+    """
+    plain = set()
+    numbered = collections.defaultdict(set)
+    for name in names:
+        validate_node_name(name)
+        match = _TRAILING_NUMBER_RE.fullmatch(name)
+        if match:
+            numbered[match.group(1)].add((int(match.group(2)), match.group(2)))
+        else:
+            plain.add(name)
+    pieces = []
+    for prefix in sorted(plain | set(numbered)):
+        if prefix in plain:
+            pieces.append(prefix)
+        if prefix in numbered:
+            pieces.append(_compress_numbered(prefix, numbered[prefix]))
+    return ",".join(pieces)
+
+
+# ---------------------------------------------------------------------------
+# Job states
+# ---------------------------------------------------------------------------
+
+JobStateInfo = collections.namedtuple("JobStateInfo", "final success outcome description")
+
+# Every state Slurm 22.05's job_state_string() prints (squeue(1), JOB STATE
+# CODES).  The flag states Slurm shows instead of the base state (COMPLETING,
+# REQUEUED, ...) are not final: the job moves on by itself or waits for an
+# operator.
+JOB_STATES = {
+    "BOOT_FAIL": JobStateInfo(True, False, "node_failure", "terminated because its nodes failed to boot"),
+    "CANCELLED": JobStateInfo(True, False, "cancelled", "cancelled by the user or an administrator"),
+    "COMPLETED": JobStateInfo(True, True, "succeeded", "every process on every node exited with code 0"),
+    "CONFIGURING": JobStateInfo(False, False, "waiting", "allocated; waiting for its nodes to become ready"),
+    "COMPLETING": JobStateInfo(False, False, "finishing", "processes ending; the epilog may still run"),
+    "DEADLINE": JobStateInfo(True, False, "timeout", "terminated on reaching its --deadline"),
+    "FAILED": JobStateInfo(True, False, "failed", "terminated with a non-zero exit code or another failure"),
+    "NODE_FAIL": JobStateInfo(True, False, "node_failure", "terminated because an allocated node failed"),
+    "OUT_OF_MEMORY": JobStateInfo(True, False, "out_of_memory", "killed after running out of memory"),
+    "PENDING": JobStateInfo(False, False, "waiting", "waiting for a resource allocation"),
+    "PREEMPTED": JobStateInfo(True, False, "preempted", "terminated by preemption"),
+    "RUNNING": JobStateInfo(False, False, "running", "running on its allocation"),
+    "RESV_DEL_HOLD": JobStateInfo(False, False, "held", "held because its reservation was deleted"),
+    "REQUEUE_FED": JobStateInfo(False, False, "requeued", "being requeued by the federation"),
+    "REQUEUE_HOLD": JobStateInfo(False, False, "held", "requeued and held until 'scontrol release'"),
+    "REQUEUED": JobStateInfo(False, False, "requeued", "being requeued; it will run again"),
+    "RESIZING": JobStateInfo(False, False, "running", "about to change size"),
+    "REVOKED": JobStateInfo(True, False, "revoked", "federation sibling removed: another cluster runs it"),
+    "SIGNALING": JobStateInfo(False, False, "running", "being signaled"),
+    "SPECIAL_EXIT": JobStateInfo(False, False, "held", "requeued and held after a special exit code"),
+    "STAGE_OUT": JobStateInfo(False, False, "finishing", "staging out files"),
+    "STOPPED": JobStateInfo(False, False, "suspended", "stopped with SIGSTOP; keeps its CPUs"),
+    "SUSPENDED": JobStateInfo(False, False, "suspended", "suspended; its CPUs were released"),
+    "TIMEOUT": JobStateInfo(True, False, "timeout", "terminated on reaching its time limit"),
+}
+
+
+def normalize_state(raw):
+    """Base state of what Slurm printed: ``'CANCELLED by 1000'`` -> ``'CANCELLED'``."""
+    words = raw.split() if isinstance(raw, str) else []
+    if not words:
+        raise SlurmParseError(f"empty job state {raw!r}")
+    # sacct marks a truncated value with '+'.
+    return words[0].rstrip("+").upper()
+
+
+def job_state(state):
+    """JobStateInfo of a state as Slurm printed it; UnknownJobState when it is unknown."""
+    base = normalize_state(state)
+    if base not in JOB_STATES:
+        raise UnknownJobState(f"unknown Slurm job state {state!r}; known states: {', '.join(sorted(JOB_STATES))}")
+    return JOB_STATES[base]
+
+
+def is_final(state):
+    """True when the job will not change state by itself any more."""
+    return job_state(state).final
+
+
+def outcome(state):
+    """One word for what the state means to the user (see JOB_STATES)."""
+    return job_state(state).outcome
+
+
+# ---------------------------------------------------------------------------
+# Durations
+# ---------------------------------------------------------------------------
+
+_NO_DURATION = {"UNLIMITED", "INVALID", "PARTITION_LIMIT", "N/A", "NONE"}
+_DURATION_RE = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+
+
+def parse_duration(text):
+    """Seconds of a Slurm duration; None for UNLIMITED, INVALID and the like.
+
+    Takes what Slurm prints: ``[D-]HH:MM:SS``, ``MM:SS`` (squeue, sacct) and
+    the day forms ``D-HH`` and ``D-HH:MM``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"invalid duration {text!r}: not a string")
+    value = text.strip()
+    if value.upper() in _NO_DURATION:
+        return None
+    match = _DURATION_RE.fullmatch(value)
+    if not match or (match.group(1) is None and match.group(3) is None):
+        raise ValueError(f"invalid duration {text!r}: expected [D-]HH:MM:SS or MM:SS")
+    days, first, second, third = (None if group is None else int(group) for group in match.groups())
+    if days is not None:
+        hours, minutes, seconds = first, second or 0, third or 0
+        bounded = ((hours, 24), (minutes, 60), (seconds, 60))
+    elif third is not None:
+        hours, minutes, seconds = first, second, third
+        bounded = ((minutes, 60), (seconds, 60))
+    else:
+        hours, minutes, seconds = 0, first, second
+        bounded = ((seconds, 60),)
+    if any(field >= limit for field, limit in bounded):
+        raise ValueError(f"invalid duration {text!r}: a field is out of range")
+    return (((days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def format_duration(seconds):
+    """Slurm's form of a duration: ``1-02:03:04``, ``00:05:00``; None -> ``UNLIMITED``."""
+    if seconds is None:
+        return "UNLIMITED"
+    seconds = int(seconds)
+    if seconds < 0:
+        raise ValueError(f"invalid duration {seconds!r}: negative")
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{seconds:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+# ---------------------------------------------------------------------------
+# Parsers
+# ---------------------------------------------------------------------------
+
+# The normalized view of a job that parse_scontrol_job() and parse_sacct() return.
+NORMALIZED_JOB_KEYS = (
+    "job_id", "name", "state", "reason", "exit_code", "exit_signal", "restarts", "nodes",
+    "batch_host", "elapsed_seconds", "stdout_path", "stderr_path", "partition", "comment",
+)
+
+_NULL_VALUES = {"", "(null)", "None", "N/A"}
+
+
+def _optional(value):
+    """None for Slurm's spellings of "nothing", else the value."""
+    return None if value is None or value.strip() in _NULL_VALUES else value
+
+
+def _nodes(value):
+    """Expanded node list; empty for "(null)" and for sacct's "None assigned"."""
+    if _optional(value) is None or value.strip() == "None assigned":
+        return []
+    return expand_hostlist(value)
+
+
+def _job_id(text):
+    """int for a plain job id; array and het job ids (``12_3``, ``12_[1-4]``, ``12+1``) stay text."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if re.fullmatch(r"\d+[_+][0-9\[\]%,-]+", text):
+        return text
+    raise SlurmParseError(f"invalid job id {text!r}")
+
+
+def _exit_code(text):
+    """(exit code, signal) of ``2:0``."""
+    match = re.fullmatch(r"(\d+):(\d+)", text.strip())
+    if not match:
+        raise SlurmParseError(f"invalid exit code {text!r}: expected CODE:SIGNAL")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _data_lines(text):
+    return [line for line in (text or "").splitlines() if line.strip()]
+
+
+def parse_sbatch_parsable(stdout):
+    """(job id, cluster or None) from ``sbatch --parsable``: ``1234`` or ``1234;cluster``."""
+    lines = _data_lines(stdout)
+    match = re.fullmatch(r"(\d+)(?:;([A-Za-z0-9._-]+))?", lines[0].strip()) if len(lines) == 1 else None
+    if not match:
+        raise SlurmParseError(f"sbatch --parsable printed {stdout!r}; expected JOBID or JOBID;CLUSTER")
+    return int(match.group(1)), match.group(2)
+
+
+_TEST_ONLY_RE = re.compile(
+    r"Job (?P<job_id>\d+) to start at (?P<start>\S+)"
+    r"(?: on cluster (?P<cluster>\S+))?"
+    r" using (?P<processors>\d+) processors on (?:nodes )?(?P<nodes>\S+)"
+    r"(?: in partition (?P<partition>\S+))?"
+)
+
+
+def parse_sbatch_test_only(stderr):
+    """The prediction ``sbatch --test-only`` prints on stderr.
+
+    ``sbatch: Job 12 to start at 2026-12-02T13:40:01 using 16 processors on
+    nodes node[110-111] in partition gpu_A6000`` gives ``{'job_id': 12,
+    'start': '2026-12-02T13:40:01', 'processors': 16, 'nodes': ['node110',
+    'node111'], 'partition': 'gpu_A6000', 'cluster': None}``.
+    """
+    for line in _data_lines(stderr):
+        match = _TEST_ONLY_RE.search(line)
+        if match:
+            return {
+                "job_id": int(match.group("job_id")),
+                "start": match.group("start"),
+                "processors": int(match.group("processors")),
+                "nodes": expand_hostlist(match.group("nodes")),
+                "partition": match.group("partition"),
+                "cluster": match.group("cluster"),
+            }
+    raise SlurmParseError(f"sbatch --test-only printed no prediction: {stderr!r}")
+
+
+# Keys that slurm_sprint_job_info() (src/api/job_info.c, 22.05) prints.  Knowing
+# them lets the splitter take a new key only where it cannot be part of a value
+# that may hold spaces.
+SCONTROL_JOB_KEYS = frozenset((
+    "JobId", "ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "HetJobId", "HetJobOffset",
+    "JobName", "HetJobIdSet", "UserId", "GroupId", "MCS_label", "Priority", "Nice", "Account",
+    "QOS", "WCKey", "JobState", "Reason", "Dependency", "Requeue", "Restarts", "BatchFlag",
+    "Reboot", "ExitCode", "DerivedExitCode", "RunTime", "TimeLimit", "TimeMin", "SubmitTime",
+    "EligibleTime", "AccrueTime", "ResizeTime", "StartTime", "EndTime", "Deadline", "CronJob",
+    "CrontabSpec", "PreemptEligibleTime", "PreemptTime", "SuspendTime", "SecsPreSuspend",
+    "LastSchedEval", "Scheduler", "Partition", "AllocNode:Sid", "ReqNodeList", "ExcNodeList",
+    "NodeList", "SchedNodeList", "BatchFeatures", "BatchHost", "FedOrigin", "FedViableSiblings",
+    "FedActiveSiblings", "NumNodes", "NumCPUs", "NumTasks", "CPUs/Task", "ReqB:S:C:T", "TRES",
+    "Socks/Node", "NtasksPerN:B:S:C", "CoreSpec", "ThreadSpec", "JOB_GRES", "Nodes", "CPU_IDs",
+    "Mem", "GRES", "MinCPUsNode", "MinMemoryNode", "MinMemoryCPU", "MinTmpDiskNode", "Features",
+    "DelayBoot", "ClusterFeatures", "Prefer", "Reservation", "OverSubscribe", "Contiguous",
+    "Licenses", "Network", "Command", "WorkDir", "AdminComment", "SystemComment", "Comment",
+    "StdErr", "StdIn", "StdOut", "Switches", "BurstBuffer", "BurstBufferState", "CpuFreqMin",
+    "CpuFreqMax", "CpuFreqGov", "Power", "GresEnforceBind", "KillOInInvalidDependent",
+    "SpreadJob", "CpusPerTres", "MemPerTres", "TresBind", "TresFreq", "TresPerJob",
+    "TresPerNode", "TresPerSocket", "TresPerTask", "MailUser", "MailType", "NtasksPerTRES",
+    "Container", "SELinuxContext",
+))
+# Values printed verbatim: they may hold spaces and "Word=" text.
+_FREE_TEXT_KEYS = frozenset((
+    "JobName", "Command", "WorkDir", "StdErr", "StdIn", "StdOut", "Comment", "AdminComment", "SystemComment",
+))
+# Printed once per node group by 'scontrol -d', so seeing them again is normal.
+_REPEATED_KEYS = frozenset(("Nodes", "CPU_IDs", "Mem", "GRES"))
+_KEY_CANDIDATE_RE = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
+INVALID_JOB_ID = "Invalid job id specified"  # scontrol and scancel say so for unknown jobs
+
+
+def _split_scontrol_record(line):
+    """Key=Value pairs of one ``scontrol show job -o`` line."""
+    boundaries = []
+    seen = set()
+    previous_key = None
+    for match in _KEY_CANDIDATE_RE.finditer(line):
+        key = match.group(1)
+        inside_free_text = previous_key in _FREE_TEXT_KEYS
+        if key in SCONTROL_JOB_KEYS:
+            # A known key met again right after free text belongs to that text.
+            accept = not (inside_free_text and key in seen and key not in _REPEATED_KEYS)
+        else:
+            # Keys of later Slurm versions are CapitalizedWords, never inside free text.
+            accept = key[0].isupper() and not inside_free_text
+        if accept:
+            boundaries.append(match)
+            seen.add(key)
+            previous_key = key
+    if not boundaries or boundaries[0].start() != 0 or boundaries[0].group(1) != "JobId":
+        raise SlurmParseError(f"not an 'scontrol show job -o' record: {line[:200]!r}")
+    fields = {}
+    for current, following in zip(boundaries, boundaries[1:] + [None]):
+        end = len(line) if following is None else following.start()
+        fields[current.group(1)] = line[current.end():end].strip()
+    return fields
+
+
+def _scontrol_summary(fields):
+    for required in ("JobId", "JobState", "ExitCode"):
+        if required not in fields:
+            raise SlurmParseError(f"scontrol job record without {required}: {fields!r}")
+    exit_code, exit_signal = _exit_code(fields["ExitCode"])
+    restarts = fields.get("Restarts", "0")
+    if not restarts.isdigit():
+        raise SlurmParseError(f"invalid Restarts={restarts!r}")
+    return {
+        "job_id": _job_id(fields["JobId"]),
+        "name": fields.get("JobName"),
+        "state": normalize_state(fields["JobState"]),
+        "reason": _optional(fields.get("Reason")),
+        "exit_code": exit_code,
+        "exit_signal": exit_signal,
+        "restarts": int(restarts),
+        "nodes": _nodes(fields.get("NodeList")),
+        "batch_host": _optional(fields.get("BatchHost")),
+        "elapsed_seconds": parse_duration(fields["RunTime"]) if "RunTime" in fields else None,
+        "stdout_path": _optional(fields.get("StdOut")),
+        "stderr_path": _optional(fields.get("StdErr")),
+        "partition": _optional(fields.get("Partition")),
+        "comment": _optional(fields.get("Comment")),
+    }
+
+
+def parse_scontrol_jobs(stdout, stderr=""):
+    """Every record of ``scontrol show job -o``: its raw Key=Value fields plus NORMALIZED_JOB_KEYS."""
+    if INVALID_JOB_ID in (stdout or "") or INVALID_JOB_ID in (stderr or ""):
+        raise JobNotFound(detail=INVALID_JOB_ID)
+    records = []
+    for line in _data_lines(stdout):
+        fields = _split_scontrol_record(line.strip())
+        records.append({**fields, **_scontrol_summary(fields)})
+    if not records:
+        raise SlurmParseError(f"scontrol show job printed no job record (stderr: {stderr!r})")
+    return records
+
+
+def parse_scontrol_job(stdout, stderr=""):
+    """The one job of ``scontrol show job -o JOBID``.
+
+    Raises JobNotFound for "slurm_load_jobs error: Invalid job id specified"
+    and SlurmParseError for anything but exactly one record (array and
+    heterogeneous jobs print one per component).
+    """
+    records = parse_scontrol_jobs(stdout, stderr)
+    if len(records) != 1:
+        job_ids = [record["job_id"] for record in records]
+        raise SlurmParseError(f"expected one job record, got {len(records)} (job ids {job_ids})")
+    return records[0]
+
+
+SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "NodeList", "Reason", "Start", "End", "Comment")
+SACCT_FORMAT = ",".join(SACCT_FIELDS)
+
+
+def parse_sacct(stdout):
+    """Runs of a job from ``sacct -n -P -D -X -o SACCT_FORMAT``, oldest first, and a summary.
+
+    ``-D`` prints one line per run of a requeued job.  Returns ``(runs,
+    summary)``: summary has the NORMALIZED_JOB_KEYS of the last run, with
+    ``restarts`` = number of runs - 1 and None for what sacct does not tell;
+    it is None when sacct knows no run.
+    """
+    runs = []
+    for line in _data_lines(stdout):
+        # Comment is the last field, so a '|' inside it stays there.
+        values = line.split("|", len(SACCT_FIELDS) - 1)
+        if len(values) != len(SACCT_FIELDS):
+            raise SlurmParseError(f"sacct line has {len(values)} fields, expected {len(SACCT_FIELDS)}: {line!r}")
+        row = dict(zip(SACCT_FIELDS, values))
+        exit_code, exit_signal = _exit_code(row["ExitCode"])
+        runs.append({
+            "job_id": _job_id(row["JobID"]),
+            "name": row["JobName"],
+            "state": normalize_state(row["State"]),
+            "reason": _optional(row["Reason"]),
+            "exit_code": exit_code,
+            "exit_signal": exit_signal,
+            "nodes": _nodes(row["NodeList"]),
+            "elapsed_seconds": parse_duration(row["Elapsed"]),
+            "start": None if row["Start"] in ("Unknown", "None") else row["Start"],
+            "end": None if row["End"] in ("Unknown", "None") else row["End"],
+            "comment": _optional(row["Comment"]),
+        })
+    if not runs:
+        return [], None
+    summary = dict.fromkeys(NORMALIZED_JOB_KEYS)
+    summary.update((key, value) for key, value in runs[-1].items() if key in summary)
+    summary["restarts"] = len(runs) - 1
+    return runs, summary
+
+
+SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%k"
+
+
+def parse_squeue(stdout):
+    """Jobs of ``squeue -h -o SQUEUE_FORMAT``: job_id, name, state, reason, nodes, comment."""
+    jobs = []
+    for line in _data_lines(stdout):
+        # Comment is the last field, so a '|' inside it stays there.
+        values = line.split("|", 5)
+        if len(values) != 6:
+            raise SlurmParseError(f"squeue line has {len(values)} fields, expected 6: {line!r}")
+        job_id, name, state, reason, nodes, comment = values
+        jobs.append({
+            "job_id": _job_id(job_id),
+            "name": name,
+            "state": normalize_state(state),
+            "reason": _optional(reason),
+            "nodes": _nodes(nodes),
+            "comment": _optional(comment),
+        })
+    return jobs
+
+
+SINFO_NODES_FORMAT = "%N|%P|%T|%c|%G"
+# sinfo(1) NODE STATE CODES: flags appended to a node's state.
+NODE_STATE_MARKERS = "*~#!%$@^-+"
+
+
+def parse_sinfo_nodes(stdout):
+    """Nodes of ``sinfo -h -N -o SINFO_NODES_FORMAT``, keyed by node name.
+
+    sinfo prints a node once per partition; its entry lists them all.
+    ``state`` is lower case without suffix markers, which stay in
+    ``markers`` (``*`` not responding, ``~`` powered off, ...).
+    """
+    nodes = {}
+    for line in _data_lines(stdout):
+        values = line.split("|")
+        if len(values) != 5:
+            raise SlurmParseError(f"sinfo line has {len(values)} fields, expected 5: {line!r}")
+        name, partition, state, cpus, gres = (value.strip() for value in values)
+        validate_node_name(name)
+        if not cpus.isdigit():
+            raise SlurmParseError(f"sinfo: invalid CPU count {cpus!r} for node {name}")
+        base_state = state.rstrip(NODE_STATE_MARKERS)
+        if not base_state:
+            raise SlurmParseError(f"sinfo: invalid state {state!r} for node {name}")
+        entry = nodes.setdefault(name, {
+            "partitions": [],
+            "state": base_state.lower(),
+            "markers": state[len(base_state):],
+            "cpus": int(cpus),
+            "gres": _optional(gres),
+        })
+        partition = partition.rstrip("*")  # '*' marks the default partition
+        if partition and partition not in entry["partitions"]:
+            entry["partitions"].append(partition)
+    return nodes
+
+
+# ---------------------------------------------------------------------------
+# Talking to a busy or restarting controller
+# ---------------------------------------------------------------------------
+
+TRANSIENT_ERROR_PATTERNS = tuple(re.compile(pattern, re.IGNORECASE) for pattern in (
+    r"Socket timed out on send/recv operation",
+    r"Unable to contact slurm controller",
+    r"Zero Bytes were transmitted or received",
+    r"Connection refused",
+    r"Transport endpoint is not connected",
+    r"backup controller in standby mode",
+    r"Controller is in standby mode",
+    r"Problem talking to (?:the )?database",
+    r"Communication connection failure",
+    # EAGAIN: slurmctld has too many RPCs in flight to take this one now.
+    r"Resource temporarily unavailable",
+))
+
+
+def is_transient_error(rc, stderr):
+    """True when a failed Slurm command is worth retrying: controller or slurmdbd unreachable or busy."""
+    if rc == 0:
+        return False
+    return any(pattern.search(stderr or "") for pattern in TRANSIENT_ERROR_PATTERNS)
+
+
+def backoff_delays(base_delay=0.5, max_delay=8.0, jitter=0.1, rng=random.random):
+    """Endless exponential back-off: base, 2*base, 4*base ... up to max_delay.
+
+    Each delay is up to ``jitter`` (a fraction) longer, so that hosts that
+    failed together do not retry in lockstep.
+    """
+    delay = base_delay
+    while True:
+        yield min(max_delay, delay * (1 + jitter * rng()))
+        delay *= 2
+
+
+def retry_command(run, argv, attempts=5, base_delay=0.5, max_delay=8.0, sleep=time.sleep,
+                  jitter=0.1, rng=random.random):
+    """Run ``run(argv)`` (like AnsibleModule.run_command), retrying transient Slurm errors.
+
+    Returns the last ``(rc, stdout, stderr)``; a success or any other failure
+    comes back at once, for the caller to report.
+    """
+    if attempts < 1:
+        raise ValueError(f"attempts must be at least 1, got {attempts!r}")
+    for delay in itertools.islice(backoff_delays(base_delay, max_delay, jitter, rng), attempts - 1):
+        rc, out, err = run(argv)
+        if not is_transient_error(rc, err):
+            return rc, out, err
+        sleep(delay)
+    return run(argv)
+
+
+class PollSchedule:
+    """Sleep intervals between polls of a job: short at first, doubling up to a cap.
+
+    A job that just changed state tends to change again soon (PENDING ->
+    RUNNING -> an early crash) while a long training run needs only an
+    occasional look, so a state change (``observe()``) starts over from the
+    minimum.
+    """
+
+    def __init__(self, minimum=1.0, maximum=30.0, factor=2.0):
+        if not 0 < minimum <= maximum or factor < 1:
+            raise ValueError(
+                "invalid poll schedule: need 0 < minimum <= maximum and factor >= 1, "
+                f"got minimum={minimum!r} maximum={maximum!r} factor={factor!r}"
+            )
+        self.minimum = minimum
+        self.maximum = maximum
+        self.factor = factor
+        self._next = minimum
+        self._last_state = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        interval = self._next
+        self._next = min(self.maximum, interval * self.factor)
+        return interval
+
+    def reset(self):
+        self._next = self.minimum
+
+    def observe(self, state):
+        """Record the state the latest poll saw; on a change, reset and return True."""
+        changed = self._last_state is not None and state != self._last_state
+        self._last_state = state
+        if changed:
+            self.reset()
+        return changed

@@ -1,0 +1,534 @@
+"""Unit tests of library/slurm_job.py with run_command answering from a script.
+
+The module runs in-process: its arguments come from patch_module_args and
+exit_json/fail_json raise instead of exiting, carrying the result.
+"""
+
+import os
+
+import pytest
+import slurm_job
+import yaml
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+SQUEUE = ["squeue", "-h", "-u", str(os.geteuid()), "-n", "train-ddp", "-o", "%i|%j|%T|%r|%N|%k"]
+SCONTROL = ["scontrol", "show", "job", "-o", "1234"]
+SACCT = ["sacct", "-j", "1234", "-n", "-P", "-D", "-X", "-o",
+         "JobID,JobName,State,ExitCode,Elapsed,NodeList,Reason,Start,End,Comment"]
+SOCKET_TIMEOUT = (1, "", "slurm_load_jobs error: Socket timed out on send/recv operation\n")
+INVALID_JOB_ID = (1, "", "slurm_load_jobs error: Invalid job id specified\n")
+SCRIPT_TEXT = "#!/bin/bash\n#SBATCH --ntasks-per-node=1\nsrun python train.py\n"
+
+
+class ModuleExit(Exception):
+    def __init__(self, failed, result):
+        super().__init__(result.get("msg"))
+        self.failed = failed
+        self.result = result
+
+
+class ScriptedSlurm:
+    """run_command stand-in: each call must start with the expected argv, and gets its answer."""
+
+    def __init__(self):
+        self.script = []
+        self.calls = []
+
+    def answer(self, command, rc=0, out="", err=""):
+        self.script.append((command, (rc, out, err)))
+
+    def run_command(self, args, **kwargs):
+        assert isinstance(args, list), f"run_command got {args!r}, not an argument list"
+        self.calls.append({"argv": args, **kwargs})
+        assert self.script, f"unexpected command {args}"
+        expected, answer = self.script.pop(0)
+        assert args[:len(expected)] == expected, f"expected {expected}, got {args}"
+        return answer
+
+    @property
+    def argvs(self):
+        return [call["argv"] for call in self.calls]
+
+
+class FakeClock:
+    """time.sleep/time.monotonic for the module: sleeping only moves the clock."""
+
+    def __init__(self):
+        self.now = 1000.0
+        self.sleeps = []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def slurm_cli(monkeypatch):
+    cli = ScriptedSlurm()
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda module, args, **kw: cli.run_command(args, **kw))
+
+    def exit_json(module, **result):
+        raise ModuleExit(False, result)
+
+    def fail_json(module, msg, **result):
+        raise ModuleExit(True, {"msg": msg, **result})
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+    yield cli
+    assert cli.script == [], "scripted answers left unused"
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(slurm_job, "time", fake)
+    return fake
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train-ddp.sbatch"
+    path.write_text(SCRIPT_TEXT)
+    return str(path)
+
+
+@pytest.fixture
+def comment():
+    return "fingerprint:" + slurm_job.job_fingerprint("train-ddp", SCRIPT_TEXT.encode())
+
+
+def run_module(args, check_mode=False):
+    if check_mode:
+        args = {**args, "_ansible_check_mode": True}
+    with patch_module_args(args), pytest.raises(ModuleExit) as exit_info:
+        slurm_job.main()
+    return exit_info.value
+
+
+def sbatch_argv(script, comment, *extra, mode="--parsable"):
+    return ["sbatch", mode, "--job-name=train-ddp", f"--comment={comment}", *extra, script]
+
+
+def test_fingerprint_is_first_16_hex_of_sha256_of_name_and_script():
+    # sha256(b"train-ddp" + b"echo hi\n")
+    assert slurm_job.job_fingerprint("train-ddp", b"echo hi\n") == "cf9fe7bf478855da"
+    assert slurm_job.job_fingerprint("train-ddp2", b"echo hi\n") != slurm_job.job_fingerprint("train-ddp", b"echo hi\n")
+
+
+def test_submit_and_follow_to_completed(slurm_cli, clock, script, comment, slurm_output, tmp_path):
+    log = tmp_path / "train-ddp-1234.out"
+    log.write_text("".join(f"step {n}\n" for n in range(100)))
+    completed = slurm_output("scontrol_show_job_completed.txt").replace("/nas/runs/train-ddp", str(tmp_path))
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    for fixture in ("pending_resources", "pending_resources", "running", "running", "running"):
+        slurm_cli.answer(SCONTROL, out=slurm_output(f"scontrol_show_job_{fixture}.txt"))
+    slurm_cli.answer(SCONTROL, out=completed)
+
+    outcome = run_module({"script": script, "job_name": "train-ddp", "chdir": str(tmp_path),
+                          "sbatch_args": ["--nodes=2", "--partition=gpu_A6000"], "log_tail_lines": 3})
+
+    assert outcome.failed is False
+    assert slurm_cli.argvs == [
+        SQUEUE,
+        sbatch_argv(script, comment, "--nodes=2", "--partition=gpu_A6000"),
+        *[SCONTROL] * 6,
+    ]
+    assert all(call["environ_update"] == {"LC_ALL": "C"} for call in slurm_cli.calls)
+    assert all(call["expand_user_and_vars"] is False for call in slurm_cli.calls)
+    assert slurm_cli.calls[1]["cwd"] == str(tmp_path)
+    # Back-off doubles while the state holds and starts over when it changes.
+    assert clock.sleeps == [1, 2, 1, 2, 4]
+    result = outcome.result
+    assert {key: result[key] for key in (
+        "changed", "submitted", "found_existing", "timed_out", "job_id", "state", "outcome", "final",
+        "exit_code", "exit_signal", "reason", "nodes", "elapsed_seconds", "restarts", "stdout_path",
+        "stderr_path", "log_tail", "queries", "state_source", "name", "partition", "test_only",
+    )} == {
+        "changed": True, "submitted": True, "found_existing": False, "timed_out": False, "job_id": 1234,
+        "state": "COMPLETED", "outcome": "succeeded", "final": True, "exit_code": 0, "exit_signal": 0,
+        "reason": None, "nodes": ["node110", "node111"], "elapsed_seconds": 3723, "restarts": 0,
+        "stdout_path": str(log), "stderr_path": str(log), "log_tail": ["step 97", "step 98", "step 99"],
+        "queries": 8, "state_source": "scontrol", "name": "train-ddp", "partition": "gpu_A6000",
+        "test_only": None,
+    }
+
+
+def test_failed_job_fails_the_task_naming_exit_code_and_reason(slurm_cli, clock, script, slurm_output, tmp_path):
+    (tmp_path / "train-ddp-1234.out").write_text("Traceback (most recent call last):\nValueError: bad lr\n")
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt"))
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_failed.txt").replace(
+        "/nas/runs/train-ddp", str(tmp_path)))
+
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+
+    assert outcome.failed is True
+    assert outcome.result["msg"] == (
+        "Slurm job 1234 ended in state FAILED (exit code 3, signal 0, reason NonZeroExitCode)"
+    )
+    assert (outcome.result["state"], outcome.result["outcome"], outcome.result["exit_code"]) == ("FAILED", "failed", 3)
+    assert outcome.result["log_tail"] == ["Traceback (most recent call last):", "ValueError: bad lr"]
+    assert (outcome.result["submitted"], outcome.result["changed"]) == (True, True)
+
+
+@pytest.mark.parametrize(("fixture", "state", "reason"), [
+    ("cancelled", "CANCELLED", "None"), ("timeout", "TIMEOUT", "TimeLimit"),
+    ("node_fail", "NODE_FAIL", "NodeDown"), ("out_of_memory", "OUT_OF_MEMORY", "OutOfMemory"),
+])
+def test_every_unsuccessful_end_fails_the_task(slurm_cli, clock, slurm_output, fixture, state, reason):
+    slurm_cli.answer(SCONTROL, out=slurm_output(f"scontrol_show_job_{fixture}.txt"))
+    outcome = run_module({"job_id": 1234})
+    assert outcome.failed is True
+    assert outcome.result["msg"].startswith(f"Slurm job 1234 ended in state {state} (exit code ")
+    assert outcome.result["msg"].endswith(f"reason {None if reason == 'None' else reason})")
+
+
+def test_identical_pending_job_is_followed_not_resubmitted(slurm_cli, clock, script, comment, slurm_output):
+    slurm_cli.answer(SQUEUE, out=(
+        "1230|train-ddp|RUNNING|None|node113|fingerprint:0000000000000000\n"
+        f"1234|train-ddp|PENDING|Resources||{comment}\n"
+        "1236|train-ddp|PENDING|Priority||(null)\n"
+    ))
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt"))
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+
+    assert outcome.failed is False
+    assert slurm_cli.argvs == [SQUEUE, SCONTROL, SCONTROL]
+    result = outcome.result
+    assert (result["job_id"], result["submitted"], result["found_existing"], result["changed"]) == (1234, False, True, False)
+    assert (result["state"], result["queries"]) == ("COMPLETED", 3)
+
+
+def test_newest_active_copy_wins_and_completing_copies_count(slurm_cli, clock, script, comment, slurm_output):
+    slurm_cli.answer(SQUEUE, out=f"1200|train-ddp|RUNNING|None|node110|{comment}\n1234|train-ddp|COMPLETING|None|node111|{comment}\n")
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+    assert (outcome.result["job_id"], outcome.result["found_existing"]) == (1234, True)
+
+
+def test_finished_copy_does_not_stop_a_new_submission(slurm_cli, clock, script, comment, slurm_output):
+    slurm_cli.answer(SQUEUE, out=f"1200|train-ddp|CANCELLED|None|node110|{comment}\n")
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+    assert (outcome.result["submitted"], outcome.result["job_id"]) == (True, 1234)
+
+
+def test_changed_script_is_a_new_job(slurm_cli, clock, script, comment, slurm_output):
+    with open(script, "a") as handle:
+        handle.write("echo one more line\n")
+    slurm_cli.answer(SQUEUE, out=f"1200|train-ddp|RUNNING|None|node110|{comment}\n")
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+    assert (outcome.result["submitted"], outcome.result["found_existing"]) == (True, False)
+    assert slurm_cli.argvs[1][3] != f"--comment={comment}"
+
+
+def test_force_submits_a_new_copy_without_asking_squeue(slurm_cli, clock, script, comment, slurm_output):
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+
+    outcome = run_module({"script": script, "job_name": "train-ddp", "force": True})
+
+    assert slurm_cli.argvs == [sbatch_argv(script, comment), SCONTROL]
+    assert (outcome.result["submitted"], outcome.result["found_existing"], outcome.result["changed"]) == (True, False, True)
+
+
+def test_check_mode_predicts_with_test_only_and_submits_nothing(slurm_cli, clock, script, comment, slurm_output):
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch", "--test-only"], err=slurm_output("sbatch_test_only.stderr"))
+
+    outcome = run_module({"script": script, "job_name": "train-ddp", "sbatch_args": ["--nodes=2"]}, check_mode=True)
+
+    assert outcome.failed is False
+    assert slurm_cli.argvs == [SQUEUE, sbatch_argv(script, comment, "--nodes=2", mode="--test-only")]
+    result = outcome.result
+    assert (result["changed"], result["submitted"], result["job_id"], result["queries"]) == (True, False, None, 2)
+    assert result["test_only"] == {"job_id": 1234, "start": "2026-12-02T13:40:01", "processors": 16,
+                                   "nodes": ["node110", "node111"], "partition": "gpu_A6000", "cluster": None}
+
+
+def test_check_mode_with_an_identical_job_queued_is_unchanged(slurm_cli, clock, script, comment, slurm_output):
+    slurm_cli.answer(SQUEUE, out=f"1234|train-ddp|PENDING|Resources||{comment}\n")
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_pending_resources.txt"))
+
+    outcome = run_module({"script": script, "job_name": "train-ddp"}, check_mode=True)
+
+    assert slurm_cli.argvs == [SQUEUE, SCONTROL]  # looked once, did not follow
+    assert (outcome.result["changed"], outcome.result["found_existing"], outcome.result["state"]) == (False, True, "PENDING")
+    assert clock.sleeps == []
+
+
+def test_check_mode_fails_with_the_message_of_test_only(slurm_cli, clock, script, slurm_output):
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch", "--test-only"], rc=1, err=slurm_output("sbatch_test_only_unsatisfiable.stderr"))
+    outcome = run_module({"script": script, "job_name": "train-ddp", "sbatch_args": ["--nodes=9"]}, check_mode=True)
+    assert outcome.failed is True
+    assert outcome.result["msg"] == ("sbatch --test-only failed (rc=1): sbatch: error: Batch job submission failed: "
+                                     "Requested node configuration is not available")
+
+
+def test_transient_error_is_retried_then_succeeds(slurm_cli, clock, slurm_output):
+    slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+
+    outcome = run_module({"state": "query", "job_id": 1234})
+
+    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 3)
+    assert len(clock.sleeps) == 2
+    assert 0.5 <= clock.sleeps[0] <= 0.55 and 1.0 <= clock.sleeps[1] <= 1.1
+
+
+def test_persistent_controller_outage_fails_after_the_retries(slurm_cli, clock):
+    for _ in range(5):
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.failed is True
+    assert outcome.result["msg"] == ("scontrol show job failed (rc=1): "
+                                     "slurm_load_jobs error: Socket timed out on send/recv operation")
+    assert outcome.result["queries"] == 5
+
+
+def test_lost_sbatch_reply_is_not_submitted_twice(slurm_cli, clock, script, comment, slurm_output):
+    # The controller queued the job but the reply timed out; squeue then shows it.
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], 1, "", "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n")
+    slurm_cli.answer(SQUEUE, out=f"1234|train-ddp|PENDING|Priority||{comment}\n")
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+
+    assert [argv[0] for argv in slurm_cli.argvs] == ["squeue", "sbatch", "squeue", "scontrol"]
+    assert (outcome.result["submitted"], outcome.result["found_existing"], outcome.result["job_id"]) == (False, True, 1234)
+
+
+def test_sbatch_retried_when_the_controller_did_not_queue_it(slurm_cli, clock, script, slurm_output):
+    connect_failure = slurm_output("sbatch_connect_failure.stderr")
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], 1, "", connect_failure)
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+
+    assert [argv[0] for argv in slurm_cli.argvs] == ["squeue", "sbatch", "squeue", "sbatch", "scontrol"]
+    assert (outcome.result["submitted"], outcome.result["job_id"], outcome.result["queries"]) == (True, 1234, 5)
+
+
+def test_sbatch_rejection_is_not_retried(slurm_cli, clock, script):
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], 1, "", "sbatch: error: Batch job submission failed: Invalid account or "
+                                        "account/partition combination specified\n")
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+    assert outcome.failed is True
+    assert outcome.result["msg"] == ("sbatch failed (rc=1): sbatch: error: Batch job submission failed: "
+                                     "Invalid account or account/partition combination specified")
+    assert (outcome.result["changed"], outcome.result["submitted"], outcome.result["job_id"]) == (False, False, None)
+
+
+def test_job_aged_out_of_scontrol_is_found_in_sacct(slurm_cli, clock, slurm_output):
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt"))
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    slurm_cli.answer(SACCT, out=slurm_output("sacct_requeued.txt"))
+
+    outcome = run_module({"job_id": 1234})
+
+    assert outcome.failed is False
+    assert slurm_cli.argvs == [SCONTROL, SCONTROL, SACCT]
+    result = outcome.result
+    assert {key: result[key] for key in ("state", "state_source", "restarts", "nodes", "elapsed_seconds",
+                                          "stdout_path", "exit_code", "submitted", "changed")} == {
+        "state": "COMPLETED", "state_source": "sacct", "restarts": 1, "nodes": ["node110", "node112"],
+        "elapsed_seconds": 3723, "stdout_path": None, "exit_code": 0, "submitted": False, "changed": False,
+    }
+
+
+def test_unreachable_slurmdbd_is_asked_once_in_auto_mode(slurm_cli, clock, slurm_output):
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    slurm_cli.answer(SACCT, rc=1, err=slurm_output("sacct_slurmdbd_down.stderr"))
+
+    outcome = run_module({"state": "query", "job_id": 1234})
+
+    assert outcome.failed is True
+    assert outcome.result["msg"] == (
+        "Slurm does not know job 1234: slurmctld does not list it (finished jobs are kept MinJobAge seconds) "
+        "and sacct failed: sacct: error: slurm_persist_conn_open_without_init: failed to open persistent "
+        "connection to host:localhost:6819: Connection refused\nsacct: error: Sending PersistInit msg: "
+        "Connection refused\nsacct: error: Problem talking to the database: Connection refused"
+    )
+    assert clock.sleeps == []
+
+
+def test_accounting_yes_retries_slurmdbd(slurm_cli, clock, slurm_output):
+    down = slurm_output("sacct_slurmdbd_down.stderr")
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    slurm_cli.answer(SACCT, rc=1, err=down)
+    slurm_cli.answer(SACCT, out=slurm_output("sacct_failed.txt"))
+    outcome = run_module({"state": "query", "job_id": 1234, "accounting": True})  # YAML's `yes`
+    assert (outcome.failed, outcome.result["state"], outcome.result["exit_code"]) == (False, "FAILED", 3)
+    assert len(clock.sleeps) == 1
+
+
+def test_accounting_no_never_runs_sacct(slurm_cli, clock):
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    outcome = run_module({"state": "query", "job_id": 1234, "accounting": "no"})
+    assert outcome.failed is True
+    assert outcome.result["msg"].endswith("and accounting=no")
+    assert slurm_cli.argvs == [SCONTROL]
+
+
+def test_job_unknown_everywhere(slurm_cli, clock):
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    slurm_cli.answer(SACCT, out="")
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.failed is True
+    assert outcome.result["msg"].endswith("and accounting has no record of it")
+
+
+def test_absent_cancels_and_waits_until_final(slurm_cli, clock, slurm_output):
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt"))
+    slurm_cli.answer(["scancel"])
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt").replace("JobState=RUNNING", "JobState=COMPLETING"))
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_cancelled.txt"))
+
+    outcome = run_module({"state": "absent", "job_id": 1234})
+
+    assert outcome.failed is False
+    assert slurm_cli.argvs == [SCONTROL, ["scancel", "1234"], SCONTROL, SCONTROL]
+    assert (outcome.result["changed"], outcome.result["state"], outcome.result["final"]) == (True, "CANCELLED", True)
+
+
+def test_absent_leaves_a_final_job_alone(slurm_cli, clock, slurm_output):
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    outcome = run_module({"state": "absent", "job_id": 1234})
+    assert (outcome.failed, outcome.result["changed"], outcome.result["state"]) == (False, False, "COMPLETED")
+    assert slurm_cli.argvs == [SCONTROL]
+
+
+def test_absent_in_check_mode_cancels_nothing(slurm_cli, clock, slurm_output):
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_pending_priority.txt"))
+    outcome = run_module({"state": "absent", "job_id": 1234}, check_mode=True)
+    assert (outcome.result["changed"], outcome.result["state"]) == (True, "PENDING")
+    assert slurm_cli.argvs == [SCONTROL]
+
+
+def test_absent_job_unknown_to_slurm_is_unchanged(slurm_cli, clock):
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    outcome = run_module({"state": "absent", "job_id": 1234, "accounting": "no"})
+    assert outcome.failed is False
+    assert (outcome.result["changed"], outcome.result["state"], outcome.result["final"]) == (False, None, True)
+
+
+def test_query_reports_a_failed_job_without_failing(slurm_cli, clock, slurm_output):
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_failed.txt"))
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert (outcome.failed, outcome.result["state"], outcome.result["exit_code"]) == (False, "FAILED", 3)
+
+
+def test_timeout_returns_the_current_state_without_failing(slurm_cli, clock, slurm_output):
+    for _ in range(4):
+        slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_pending_priority.txt"))
+
+    outcome = run_module({"job_id": 1234, "timeout": 5})
+
+    assert outcome.failed is False
+    assert clock.sleeps == [1, 2, 2]  # the last sleep ends at the deadline
+    assert (outcome.result["timed_out"], outcome.result["state"], outcome.result["final"]) == (True, "PENDING", False)
+
+
+def test_wait_false_looks_once_after_submitting(slurm_cli, clock, script, slurm_output):
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], out="1234;local\n")
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_requeued.txt"))
+    outcome = run_module({"script": script, "job_name": "train-ddp", "wait": False})
+    result = outcome.result
+    assert (result["state"], result["outcome"], result["restarts"], result["final"]) == ("REQUEUED", "requeued", 1, False)
+    assert clock.sleeps == []
+
+
+def test_environment_reaches_every_command_but_not_lc_all(slurm_cli, clock, slurm_output):
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    run_module({"state": "query", "job_id": 1234,
+                "environment": {"SLURM_CONF": "/srv/cluster/slurm.conf", "LC_ALL": "de_DE.UTF-8"}})
+    assert slurm_cli.calls[0]["environ_update"] == {"SLURM_CONF": "/srv/cluster/slurm.conf", "LC_ALL": "C"}
+
+
+def test_unknown_state_fails_instead_of_passing(slurm_cli, clock, slurm_output):
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt").replace("JobState=RUNNING", "JobState=EXPLODED"))
+    outcome = run_module({"job_id": 1234})
+    assert outcome.failed is True
+    assert outcome.result["msg"].startswith("unknown Slurm job state 'EXPLODED'; known states: BOOT_FAIL,")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"job_name": "a;rm -rf /"},
+     "invalid job name 'a;rm -rf /': a job name is 1 to 128 letters, digits, '-', '_' or '.'"),
+    ({"sbatch_args": ["--job-name=other"]}, "sbatch_args must not contain '--job-name=other': use job_name"),
+    ({"sbatch_args": ["-a", "1-4"]}, "sbatch_args must not contain '-a': the module follows single jobs, not arrays"),
+    ({"sbatch_args": ["--array=1-4"]},
+     "sbatch_args must not contain '--array=1-4': the module follows single jobs, not arrays"),
+    ({"sbatch_args": ["--wait"]}, "sbatch_args must not contain '--wait': use wait"),
+    ({"poll_min": 10, "poll_max": 5},
+     ("poll_min/poll_max: invalid poll schedule: need 0 < minimum <= maximum and factor >= 1, "
+      "got minimum=10.0 maximum=5.0 factor=2.0")),
+    ({"timeout": -1}, "timeout must be 0 (no limit) or a number of seconds, got -1"),
+    ({"log_tail_lines": -1}, "log_tail_lines must not be negative, got -1"),
+    ({"chdir": "/nonexistent/dir"}, "chdir /nonexistent/dir is not a directory"),
+])
+def test_bad_parameters_fail_before_any_command(slurm_cli, script, args, message):
+    outcome = run_module({"script": script, "job_name": "train-ddp", **args})
+    assert (outcome.failed, outcome.result["msg"]) == (True, message)
+    assert slurm_cli.calls == []
+
+
+def test_unreadable_script_fails_before_submitting(slurm_cli, tmp_path):
+    outcome = run_module({"script": str(tmp_path / "missing.sbatch"), "job_name": "train-ddp", "force": True})
+    assert outcome.result["msg"] == f"cannot read script {tmp_path / 'missing.sbatch'}: No such file or directory"
+    assert slurm_cli.calls == []
+
+
+def test_read_log_tail_reads_across_blocks(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm_job, "LOG_READ_BLOCK", 7)
+    log = tmp_path / "job.out"
+    log.write_bytes(b"first\nsecond line\nthird \xff\nlast")
+    assert slurm_job.read_log_tail(str(log), 2) == ["third \ufffd", "last"]
+    assert slurm_job.read_log_tail(str(log), 10) == ["first", "second line", "third \ufffd", "last"]
+    assert slurm_job.read_log_tail(str(log), 0) == []
+    assert slurm_job.read_log_tail(str(tmp_path / "missing.out"), 5) == []
+    assert slurm_job.read_log_tail(None, 5) == []
+
+
+# ---------------------------------------------------------------------------
+# Documentation
+# ---------------------------------------------------------------------------
+
+
+def test_documented_options_match_the_argument_spec():
+    documented = yaml.safe_load(slurm_job.DOCUMENTATION)["options"]
+    assert sorted(documented) == sorted(slurm_job.ARGUMENT_SPEC)
+    for name, spec in slurm_job.ARGUMENT_SPEC.items():
+        doc = documented[name]
+        assert doc["type"] == spec["type"], name
+        assert doc.get("default") == spec.get("default"), name
+        assert doc.get("choices") == spec.get("choices"), name
+        assert doc.get("elements") == spec.get("elements"), name
+
+
+def test_documented_return_values_are_what_the_module_returns(slurm_cli, clock, slurm_output):
+    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    result = run_module({"state": "query", "job_id": 1234}).result
+    documented = yaml.safe_load(slurm_job.RETURN)
+    assert sorted(documented) == sorted(result)
+    assert all({"description", "returned", "type", "sample"} <= set(doc) for doc in documented.values())
