@@ -1,0 +1,162 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: expand a Slurm node list and report how Slurm sees those nodes."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: slurm_nodes
+short_description: Expand a Slurm node list and report each node's state as Slurm sees it
+description:
+  - Expands a node list in any form Slurm accepts (C(node110,node111), C(node[110-111])) into
+    node names, refusing names that are not safe host names, before anything else runs.
+  - Asks C(sinfo) once for every node of the cluster and reports, for each requested node,
+    its partitions, state, CPUs and GRES, and which requested nodes Slurm does not know.
+  - Only reads; never changes anything, so it runs the same in check mode.
+version_added: "0.1.0"
+author: ansible-slurm-train
+options:
+  nodes:
+    description:
+      - The nodes, as a Slurm hostlist string or a list of names or hostlists.
+      - Leave empty to report every node of the cluster.
+    type: raw
+    default: []
+  environment:
+    description:
+      - Environment for the Slurm client, for example C(SLURM_CONF).
+    type: dict
+    default: {}
+notes:
+  - Runs C(sinfo -h -N -o '%N|%P|%T|%c|%G') with C(LC_ALL=C).
+"""
+
+EXAMPLES = r"""
+- name: Look at the nodes a job will use
+  slurm_nodes:
+    nodes: node[110-111]
+    environment:
+      SLURM_CONF: /var/lib/ansible-slurm-train/local/etc/slurm.conf
+  register: nodes
+
+- name: Refuse drained nodes
+  ansible.builtin.assert:
+    that: nodes.slurm[item].state not in ['drained', 'draining', 'down']
+  loop: "{{ nodes.names }}"
+"""
+
+RETURN = r"""
+names:
+  description: The requested node names, expanded, in the order given, without duplicates.
+  returned: always
+  type: list
+  elements: str
+  sample: [node110, node111]
+hostlist:
+  description: The same nodes in Slurm's compact form.
+  returned: always
+  type: str
+  sample: node[110-111]
+slurm:
+  description: How Slurm sees each requested node it knows.
+  returned: always
+  type: dict
+  sample:
+    node110: {partitions: [gpu_A6000], state: idle, markers: "", cpus: 16, gres: "gpu:8"}
+  contains:
+    partitions:
+      description: Partitions the node belongs to.
+      type: list
+      elements: str
+    state:
+      description: Base state in lower case (idle, mixed, allocated, drained, down, ...).
+      type: str
+    markers:
+      description: sinfo's state suffixes (C(*) not responding, C(~) powered off, ...).
+      type: str
+    cpus:
+      description: CPUs Slurm counts on the node.
+      type: int
+    gres:
+      description: The node's GRES, null when it has none.
+      type: str
+common_partitions:
+  description: Partitions that hold every requested node Slurm knows, in Slurm's order.
+  returned: always
+  type: list
+  elements: str
+  sample: [gpu_A6000]
+unknown:
+  description: Requested nodes that Slurm does not know.
+  returned: always
+  type: list
+  elements: str
+  sample: []
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.slurm import (
+    SINFO_NODES_FORMAT,
+    SlurmParseError,
+    compress_hostlist,
+    expand_hostlist,
+    is_transient_error,
+    parse_sinfo_nodes,
+    retry_command,
+)
+
+
+def requested_names(nodes):
+    """Expand a hostlist string, or a list of them, keeping the order and dropping repeats."""
+    items = [nodes] if isinstance(nodes, str) else list(nodes or [])
+    names = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"invalid node list item {item!r}: give node names or Slurm hostlists")
+        for name in expand_hostlist(item) if item.strip() else []:
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={"nodes": {"type": "raw", "default": []},
+                       "environment": {"type": "dict", "default": {}}},
+        supports_check_mode=True,
+    )
+    try:
+        names = requested_names(module.params["nodes"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    environ = {key: str(value) for key, value in module.params["environment"].items()}
+    environ["LC_ALL"] = "C"
+
+    def run(argv):
+        return module.run_command(argv, environ_update=environ, expand_user_and_vars=False)
+
+    rc, out, err = retry_command(run, ["sinfo", "-h", "-N", "-o", SINFO_NODES_FORMAT])
+    if rc != 0:
+        hint = " (the controller did not answer)" if is_transient_error(rc, err) else ""
+        module.fail_json(msg=f"sinfo failed{hint}: {err.strip() or 'exit ' + str(rc)}", rc=rc)
+    try:
+        known = parse_sinfo_nodes(out)
+    except (SlurmParseError, ValueError) as exc:
+        module.fail_json(msg=f"could not read sinfo's answer: {exc}")
+    if not names:
+        names = list(known)
+    seen = [known[name]["partitions"] for name in names if name in known]
+    common = [p for p in seen[0] if all(p in partitions for partitions in seen)] if seen else []
+    module.exit_json(
+        common_partitions=common,
+        changed=False,
+        names=names,
+        hostlist=compress_hostlist(names) if names else "",
+        slurm={name: known[name] for name in names if name in known},
+        unknown=[name for name in names if name not in known],
+    )
+
+
+if __name__ == "__main__":
+    main()
