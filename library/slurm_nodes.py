@@ -97,6 +97,7 @@ unknown:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.slurm import (
+    NODE_NAME_RULE,
     SINFO_NODES_FORMAT,
     SlurmParseError,
     compress_hostlist,
@@ -129,7 +130,8 @@ def main():
     try:
         names = requested_names(module.params["nodes"])
     except ValueError as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=f"invalid node list {module.params['nodes']!r}: {exc}. Give node names "
+                             f"({NODE_NAME_RULE}) separated by commas, or a Slurm hostlist such as node[110-111]")
     environ = {key: str(value) for key, value in module.params["environment"].items()}
     environ["LC_ALL"] = "C"
 

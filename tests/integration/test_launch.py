@@ -1,0 +1,119 @@
+"""launch.yml on the default local cluster: real multi-node torchrun jobs, end to end."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from launch import TRAINER, launch, next_job_id, outputs_of, submitted_job_id, unique_job_name
+
+def script_args(text):
+    """-e as JSON: Ansible's own key=value form would split the value at its spaces."""
+    return json.dumps({"script_args": text})
+
+
+TRAIN_ARGS = script_args("--steps 6 --log-every 2")
+
+
+def test_static_rendezvous_job_trains_four_ranks_and_collects_its_outputs(cluster, tmp_path):
+    name = unique_job_name("static")
+    proc = launch(tmp_path, "nodes=node110,node111", f"script={TRAINER}", "nproc_per_node=2",
+                  f"job_name={name}", TRAIN_ARGS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder, job = outputs_of(tmp_path, name)
+    assert (job["state"], job["exit_code"], job["nodes"]) == ("COMPLETED", 0, ["node110", "node111"])
+    log = (folder / f"{name}-{job['job_id']}.out").read_text()
+    assert "[rank0] world_size=4 backend=gloo" in log
+    assert "[rank0] allreduce_check sum=6 expected=6 ok" in log
+    assert sorted(line.split()[3] for line in log.splitlines() if " local_rank=" in line) == \
+        ["host=node110", "host=node110", "host=node111", "host=node111"]
+    assert "[rank0] training complete steps=6" in log
+    script = (folder / f"{name}.sbatch").read_text()
+    for directive in ("--partition=gpu_A6000", "--nodes=2", "--nodelist=node[110-111]", "--gres=gpu:8",
+                      "--ntasks-per-node=1", "--cpus-per-task=16", "--open-mode=append", f"--job-name={name}"):
+        assert f"#SBATCH {directive}\n" in script
+    assert f"job {job['job_id']} ({name}): COMPLETED, exit code 0" in proc.stdout
+
+
+def test_c10d_rendezvous_on_a_node_group_and_count(cluster, tmp_path):
+    name = unique_job_name("c10d")
+    proc = launch(tmp_path, "group=gpu_A6000", "num_nodes=2", "rendezvous=c10d", f"script={TRAINER}",
+                  "nproc_per_node=2", f"job_name={name}", TRAIN_ARGS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder, job = outputs_of(tmp_path, name)
+    assert (job["state"], job["exit_code"], sorted(job["nodes"])) == ("COMPLETED", 0, ["node110", "node111"])
+    log = (folder / f"{name}-{job['job_id']}.out").read_text()
+    assert "rendezvous c10d" in log and "[rank0] allreduce_check sum=6 expected=6 ok" in log
+    assert "--nodelist" not in (folder / f"{name}.sbatch").read_text(), "Slurm picks the group's nodes"
+
+
+def test_one_failing_rank_fails_the_job_fast_with_its_exit_code(cluster, tmp_path):
+    name = unique_job_name("fail")
+    proc = launch(tmp_path, "nodes=node[110-111]", f"script={TRAINER}", "nproc_per_node=2", f"job_name={name}",
+                  script_args("--steps 50 --step-sleep 1 --fail-rank 3 --fail-at-step 2 --fail-exit-code 7"))
+    assert proc.returncode != 0
+    folder, job = outputs_of(tmp_path, name)
+    assert (job["state"], job["exit_code"]) == ("FAILED", 7)
+    assert job["elapsed_seconds"] < 45, "the job fails when the rank does, not at a timeout"
+    assert f"ended FAILED, exit code 7" in proc.stdout
+    assert "training step finished with exit code 7" in proc.stdout, "the log tail is in the failure"
+    assert "rank 3 failing on purpose at step 2 with exit code 7" in \
+        (folder / f"{name}-{job['job_id']}.out").read_text()
+
+
+def test_no_wait_then_rerun_finds_the_job_and_job_id_collects_it(cluster, tmp_path):
+    name = unique_job_name("nowait")
+    request = ["nodes=node110,node111", f"script={TRAINER}", "nproc_per_node=2", f"job_name={name}",
+               script_args("--steps 4 --step-sleep 2")]
+    first = launch(tmp_path, *request, "wait=false")
+    assert first.returncode == 0, first.stdout + first.stderr
+    job_id = submitted_job_id(first.stdout)
+    assert "submitted" in first.stdout
+    again = launch(tmp_path, *request, "wait=false")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert submitted_job_id(again.stdout) == job_id
+    assert "already pending or running: following it" in again.stdout
+    follow = launch(tmp_path, f"job_id={job_id}")
+    assert follow.returncode == 0, follow.stdout + follow.stderr
+    _, job = outputs_of(tmp_path, name)
+    assert (job["job_id"], job["state"]) == (job_id, "COMPLETED")
+    assert next_job_id(cluster) == job_id + 1, "the rerun submitted no second copy"
+
+
+BAD_REQUESTS = {
+    "unknown node": (["nodes=node110,node999"], "Not compute nodes of the inventory: node999"),
+    "zero nodes": (["group=gpu_A6000", "num_nodes=0"], "num_nodes=0 is not allowed"),
+    "negative nodes": (["group=gpu_A6000", "num_nodes=-2"], "num_nodes=-2 is not allowed"),
+    "more GPUs than a node has": (["nodes=node110", "gpus_per_node=9"], "gpus_per_node=9 of 8 GPUs"),
+    "more nodes than the group has": (["group=gpu_A6000", "num_nodes=3"], "num_nodes=3 of 2 nodes"),
+    "missing script": (["nodes=node110", "script=examples/no_such_trainer.py"], "no_such_trainer.py does not exist"),
+    "shell metacharacters in a node name": ([json.dumps({"nodes": "node110;touch /tmp/launch-pwned"})],
+                                            "invalid node list 'node110;touch /tmp/launch-pwned'"),
+    "nodes and group together": (["nodes=node110", "group=gpu_A6000", "num_nodes=1"], "not both"),
+    "unknown group": (["group=gpu_H100", "num_nodes=1"], "group=gpu_H100 must be a group of compute nodes"),
+    "bad rendezvous": (["nodes=node110", "rendezvous=etcd"], "rendezvous=etcd must be static or c10d"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REQUESTS))
+def test_bad_request_is_refused_before_anything_is_submitted(cluster, tmp_path, case):
+    extra, message = BAD_REQUESTS[case]
+    before = next_job_id(cluster)
+    script = [] if any(item.startswith("script=") for item in extra) else [f"script={TRAINER}"]
+    proc = launch(tmp_path, *script, *extra)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert next_job_id(cluster) == before
+    assert not Path("/tmp/launch-pwned").exists()
+
+
+def test_a_drained_node_is_refused_by_name(cluster, tmp_path):
+    cluster.slurm("scontrol", "update", "nodename=node111", "state=drain", "reason=launch-test")
+    try:
+        before = next_job_id(cluster)
+        proc = launch(tmp_path, "nodes=node110,node111", f"script={TRAINER}")
+        assert proc.returncode != 0
+        assert "Node node111 is drained" in proc.stdout
+        assert next_job_id(cluster) == before
+    finally:
+        cluster.slurm("scontrol", "update", "nodename=node111", "state=resume")
