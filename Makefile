@@ -21,9 +21,11 @@ down:
 status:
 	$(LOCAL_CLUSTER) status -i $(INVENTORY)
 
-# The main job end to end on the local cluster: for now a 2-node `srun hostname` batch job.
+# The main job end to end on the local cluster: examples/train_ddp.py across both nodes,
+# 2 processes each (gloo on CPU), followed to its end, outputs in outputs/.
 demo: up
-	eval "$$($(LOCAL_CLUSTER) env -i $(INVENTORY))" && scripts/demo-job
+	$(BIN)/ansible-playbook -i $(INVENTORY) launch.yml -e nodes=node110,node111 \
+	  -e script=examples/train_ddp.py -e nproc_per_node=2 -e '{"script_args": "--steps 30 --log-every 10"}'
 
 test: deps
 	$(BIN)/pytest

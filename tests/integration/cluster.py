@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,3 +66,11 @@ def write_inventory(directory, hosts_yaml, all_vars):
     (directory / "group_vars" / "all.yml").write_text(
         "---\n" + "".join(f"{key}: {json.dumps(value)}\n" for key, value in all_vars.items()))
     return directory
+
+
+def eventually(probe, timeout=30):
+    """slurmctld hands finished jobs to slurmdbd asynchronously (seen: about 2.5 s here)."""
+    deadline = time.monotonic() + timeout
+    while not (value := probe()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return value

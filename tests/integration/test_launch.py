@@ -91,7 +91,7 @@ BAD_REQUESTS = {
                                             "invalid node list 'node110;touch /tmp/launch-pwned'"),
     "nodes and group together": (["nodes=node110", "group=gpu_A6000", "num_nodes=1"], "not both"),
     "unknown group": (["group=gpu_H100", "num_nodes=1"], "group=gpu_H100 must be a group of compute nodes"),
-    "bad rendezvous": (["nodes=node110", "rendezvous=etcd"], "rendezvous=etcd must be static or c10d"),
+    "bad rendezvous": (["nodes=node110", "rendezvous=etcd"], "slurm_launch_rendezvous must be one of: static, c10d, got: etcd"),
 }
 
 

@@ -4,12 +4,11 @@ and bad input refused before anything is made."""
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from cluster import Cluster, local_cluster, status, write_inventory
+from cluster import Cluster, eventually, local_cluster, status, write_inventory
 
 THREE_NODES = """\
     all:
@@ -33,14 +32,6 @@ def cluster_vars(state_dir, **extra):
             "cluster_nas_root": str(state_dir / "nas"), "local_cluster_network": "10.78.0.0/24",
             "local_cluster_slurmctld_port": 26817, "local_cluster_slurmdbd_port": 26819,
             "local_cluster_mariadb_port": 23306, **extra}
-
-
-def eventually(probe, timeout=30):
-    """slurmctld hands finished jobs to slurmdbd asynchronously (seen: about 2.5 s here)."""
-    deadline = time.monotonic() + timeout
-    while not (value := probe()) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return value
 
 
 def netns_names():

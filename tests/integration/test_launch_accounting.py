@@ -1,0 +1,68 @@
+"""launch.yml on a cluster of its own with accounting on (slurmdbd + MariaDB) and two
+partitions: the job's record comes back from sacct as well, and nodes of two partitions
+are refused."""
+
+import json
+
+import pytest
+
+from cluster import REPO, Cluster, eventually, local_cluster, write_inventory
+from launch import TRAINER, launch, next_job_id, outputs_of, unique_job_name
+
+HOSTS = """\
+    all:
+      children:
+        submit:
+          hosts:
+            localhost:
+              ansible_connection: local
+              ansible_python_interpreter: "{{ ansible_playbook_python }}"
+        compute:
+          children:
+            gpu_acct:
+              hosts:
+                acct-g1: {ansible_host: 10.84.0.11}
+                acct-g2: {ansible_host: 10.84.0.12}
+              vars: {cluster_node_gpus: 2, cluster_node_cpus: 4}
+            cpu_acct:
+              hosts:
+                acct-c1: {ansible_host: 10.84.0.21}
+              vars: {cluster_node_cpus: 2}
+    """
+
+
+@pytest.fixture(scope="module")
+def accounting_cluster(tmp_path_factory):
+    base = tmp_path_factory.mktemp("acct")
+    state = base / "state"
+    inventory = write_inventory(base / "inv", HOSTS, {
+        "cluster_name": "acct", "local_cluster_state_dir": str(state), "cluster_nas_root": str(state / "nas"),
+        "local_cluster_network": "10.84.0.0/24", "local_cluster_slurmctld_port": 36817,
+        "local_cluster_slurmdbd_port": 36819, "local_cluster_mariadb_port": 33306,
+        "cluster_slurm_conf": str(state / "etc" / "slurm.conf"), "cluster_venv": str(REPO / ".venv")})
+    local_cluster("up", "-i", str(inventory), "--accounting")
+    yield Cluster(inventory)
+    local_cluster("down", "-i", str(inventory))
+
+
+def test_job_on_an_accounting_cluster_completes_and_sacct_has_it(accounting_cluster, tmp_path):
+    name = unique_job_name("acct")
+    proc = launch(tmp_path, "nodes=acct-g1,acct-g2", f"script={TRAINER}", "nproc_per_node=1", f"job_name={name}",
+                  "slurm_launch_accounting=yes", json.dumps({"script_args": "--steps 4"}),
+                  inventory=accounting_cluster.inventory)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder, job = outputs_of(tmp_path, name)
+    assert (job["state"], job["exit_code"], job["nodes"]) == ("COMPLETED", 0, ["acct-g1", "acct-g2"])
+    assert "--gres=gpu:2" in (folder / f"{name}.sbatch").read_text()
+    assert "[rank0] world_size=2 backend=gloo" in (folder / f"{name}-{job['job_id']}.out").read_text()
+    sacct = eventually(lambda: accounting_cluster.slurm("sacct", "-X", "-n", "-P", "-j", str(job["job_id"]),
+                                                        "-o", "JobName,Partition,State,ExitCode").stdout)
+    assert sacct == f"{name}|gpu_acct|COMPLETED|0:0\n"
+
+
+def test_nodes_of_two_partitions_are_refused(accounting_cluster, tmp_path):
+    before = next_job_id(accounting_cluster)
+    proc = launch(tmp_path, "nodes=acct-g1,acct-c1", f"script={TRAINER}", inventory=accounting_cluster.inventory)
+    assert proc.returncode != 0
+    assert "The nodes are not in one partition: acct-g1 is in gpu_acct; acct-c1 is in cpu_acct;" in proc.stdout
+    assert next_job_id(accounting_cluster) == before

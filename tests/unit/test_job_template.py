@@ -1,0 +1,154 @@
+"""The job script template, rendered by Ansible's own templating for several kinds of jobs,
+then checked by bash and run with recording stand-ins for srun/scontrol/python (the real
+ones are exercised by tests/integration/test_launch.py)."""
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE = REPO / "templates" / "train.sbatch.j2"
+
+
+def job(**overrides):
+    """A job as roles/slurm_launch/tasks/derive.yml puts it together."""
+    base = {
+        "job_name": "magicdrive", "job_dir": "/starmap/nas/jobs/magicdrive", "account": "", "partition": "gpu_A6000",
+        "num_nodes": 2, "nodelist": "node[110-111]", "gpus_per_node": 8, "cpus_per_task": 64, "nproc_per_node": 8,
+        "omp_num_threads": 8, "time_limit": "20160", "warning_signal": "USR1", "warning_seconds": 120,
+        "extra_directives": [], "cuda_home": "/starmap/nas/cuda/cuda-11.8", "replace_ld_library_path": False,
+        "conda_root": "/starmap/nas/anaconda3", "conda_env": "magicdrivedit", "venv": "",
+        "nccl_env_file": "/starmap/nas/env/nccl-gpu_A6000.sh", "env": {}, "rendezvous": "static", "master_port": 0,
+        "script": "/starmap/nas/code/train.py", "script_args": [],
+    }
+    base.update(overrides)
+    return base
+
+
+def render(job_vars):
+    templar = Templar(loader=DataLoader(), variables={"job": job_vars})
+    return templar.template(trust_as_template(TEMPLATE.read_text()))
+
+
+def directives(script):
+    return [line[len("#SBATCH "):] for line in script.splitlines() if line.startswith("#SBATCH ")]
+
+
+def test_reference_job_gets_the_reference_header_and_a_valid_bash_script(tmp_path):
+    script = render(job(account="huawei"))
+    assert sorted(directives(script)) == sorted([
+        "--account=huawei", "--cpus-per-task=64", "--gres=gpu:8", "--job-name=magicdrive", "--nodes=2",
+        "--nodelist=node[110-111]", "--ntasks-per-node=1", "--open-mode=append", "--partition=gpu_A6000",
+        "--signal=B:USR1@120", "--time=20160", "--output=/starmap/nas/jobs/magicdrive/%x-%j.out"])
+    (tmp_path / "job.sbatch").write_text(script)
+    subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
+    assert 'export PATH="$CUDA_HOME/bin:$PATH"' in script
+    assert 'export LD_LIBRARY_PATH="$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in script
+    assert "source /starmap/nas/anaconda3/etc/profile.d/conda.sh && conda activate magicdrivedit" in script
+    assert 'export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"' in script
+
+
+def test_replacing_ld_library_path_is_explicit():
+    script = render(job(replace_ld_library_path=True))
+    assert 'export LD_LIBRARY_PATH="$CUDA_HOME/lib64"\n' in script
+    assert "${LD_LIBRARY_PATH:+" not in script
+
+
+def test_cpu_job_in_a_virtualenv_with_c10d_has_no_gpu_cuda_or_account_lines():
+    script = render(job(gpus_per_node=0, cuda_home="", conda_root="", conda_env="", venv="/opt/venv",
+                        nodelist="", rendezvous="c10d", nproc_per_node=2, cpus_per_task=4, omp_num_threads=2))
+    lines = directives(script)
+    assert not any(line.startswith(("--gres", "--account", "--nodelist")) for line in lines)
+    assert "CUDA_HOME" not in script and "conda" not in script
+    assert "source /opt/venv/bin/activate" in script
+    assert "--rdzv-backend=c10d" in script and "--master-addr" not in script
+
+
+def test_extra_directives_and_env_are_rendered_quoted():
+    script = render(job(extra_directives=["--exclusive"], env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                                                               "NOTE": "two words; $(not run)"}))
+    assert "#SBATCH --exclusive\n" in script
+    assert "export NOTE='two words; $(not run)'\n" in script
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" in script
+
+
+STANDINS = {
+    # scontrol show hostnames NODELIST: one name a line, as the real one prints them.
+    "scontrol": '#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "node110\\nnode111\\n"\n',
+    # srun: drop its own options, run the command once as node 1 (the second node).
+    "srun": '#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nSLURM_NODEID=1 exec "$@"\n',
+    # python: record the argv it got, exit with the code the test asks for.
+    "python": ('#!/usr/bin/env python3\nimport json, os, sys\n'
+               'json.dump(sys.argv[1:], open(os.environ["RECORD"], "w"))\n'
+               'sys.exit(int(os.environ.get("EXIT_CODE", "0")))\n'),
+}
+
+
+def run_with_standins(tmp_path, script, exit_code=0):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in STANDINS.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    (tmp_path / "job.sbatch").write_text(script)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RECORD": str(tmp_path / "argv.json"), "EXIT_CODE": str(exit_code),
+           "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "magicdrive", "SLURM_JOB_NUM_NODES": "2",
+           "SLURM_JOB_NODELIST": "node[110-111]", "HOME": str(tmp_path)}
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True,
+                          timeout=30)
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    return proc, argv
+
+
+def test_arguments_reach_the_training_exactly_and_rank_and_master_come_from_slurm(tmp_path):
+    args = ["--name", "a b", "it's \"quoted\"", "$HOME", "*", "--lr=0.1"]
+    script = render(job(cuda_home="", conda_root="", conda_env="", script_args=args))
+    proc, argv = run_with_standins(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr
+    assert argv[0] == "-c"  # torchrun, run so that it keeps the failed worker's exit code
+    assert argv[2:] == ["--node-rank=1", "--nnodes=2", "--nproc-per-node=8", "--master-addr=node110",
+                        "--master-port=24242", "/starmap/nas/code/train.py", *args]
+    assert "master node110:24242 rendezvous static" in proc.stdout
+
+
+@pytest.mark.parametrize("code", [1, 7, 137])
+def test_the_jobs_exit_code_is_the_trainings(tmp_path, code):
+    script = render(job(cuda_home="", conda_root="", conda_env=""))
+    proc, _ = run_with_standins(tmp_path, script, exit_code=code)
+    assert proc.returncode == code
+    assert f"training step finished with exit code {code}" in proc.stdout
+
+
+def test_a_fixed_master_port_is_used_as_given(tmp_path):
+    script = render(job(cuda_home="", conda_root="", conda_env="", master_port=34567))
+    _, argv = run_with_standins(tmp_path, script)
+    assert "--master-port=34567" in argv
+
+
+def test_the_time_limit_warning_does_not_stop_the_training(tmp_path):
+    """USR1 reaches the batch shell (B:); it logs the warning and keeps waiting for the step."""
+    script = render(job(cuda_home="", conda_root="", conda_env=""))
+    slow_python = tmp_path / "slow"
+    slow_python.mkdir()
+    (slow_python / "python").write_text("#!/bin/sh\nsleep 2\nexit 3\n")
+    (slow_python / "python").chmod(stat.S_IRWXU)
+    (tmp_path / "job.sbatch").write_text(script)
+    for name in ("scontrol", "srun"):
+        (slow_python / name).write_text(STANDINS[name])
+        (slow_python / name).chmod(stat.S_IRWXU)
+    env = {"PATH": f"{slow_python}:/usr/bin:/bin", "SLURM_JOB_ID": "1", "SLURM_JOB_NAME": "j",
+           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[110-111]"}
+    batch = subprocess.Popen(["bash", str(tmp_path / "job.sbatch")], env=env, stdout=subprocess.PIPE, text=True)
+    time.sleep(1)
+    os.kill(batch.pid, signal.SIGUSR1)
+    out, _ = batch.communicate(timeout=30)
+    assert "time-limit warning (USR1) received" in out
+    assert batch.returncode == 3 and "training step finished with exit code 3" in out

@@ -1,0 +1,46 @@
+"""How a launch reads what users type: node lists and script arguments."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+import slurm_nodes
+
+FILTER = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "filter_plugins" / "shell_words.py"
+spec = importlib.util.spec_from_file_location("shell_words", FILTER)
+shell_words_module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(shell_words_module)
+shell_words = shell_words_module.shell_words
+
+
+@pytest.mark.parametrize("given, names", [
+    ("node110,node111", ["node110", "node111"]),
+    ("node[110-111]", ["node110", "node111"]),
+    (["node[110-111]", "node110", "gpu07"], ["node110", "node111", "gpu07"]),
+    ("", []),
+])
+def test_node_lists_expand_in_order_without_repeats(given, names):
+    assert slurm_nodes.requested_names(given) == names
+
+
+@pytest.mark.parametrize("given", ["node110;reboot", "node[111-110]", "node$(id)", [3], "node 110"])
+def test_unsafe_or_malformed_node_lists_are_refused(given):
+    with pytest.raises(ValueError):
+        slurm_nodes.requested_names(given)
+
+
+@pytest.mark.parametrize("given, words", [
+    ("--steps 20 --lr 0.1", ["--steps", "20", "--lr", "0.1"]),
+    ("--name 'a b' --note \"it's\"", ["--name", "a b", "--note", "it's"]),
+    (["--name", "a b"], ["--name", "a b"]),
+    ("", []),
+])
+def test_script_args_split_as_a_shell_would(given, words):
+    assert shell_words(given) == words
+
+
+def test_unbalanced_quotes_are_refused_with_the_value():
+    with pytest.raises(AnsibleFilterError, match="cannot be split into arguments"):
+        shell_words("--name 'a b")
