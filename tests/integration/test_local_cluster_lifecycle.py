@@ -222,3 +222,38 @@ def test_up_with_a_missing_program_names_it_and_its_package(tmp_path):
     assert proc.returncode == 1
     assert "missing programs: slurmd (Debian package slurmd)" in proc.stderr
     assert not state.exists()
+
+
+def failing_slurmd_path(tmp_path):
+    """PATH where slurmd is a stand-in that cannot start, so that `up` fails half-way."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "slurmd").write_text("#!/bin/sh\necho 'slurmd: fatal: stand-in refuses to start' >&2\nexit 1\n")
+    (bin_dir / "slurmd").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_a_half_failed_up_removes_what_it_made(tmp_path):
+    state = tmp_path / "state"
+    inventory = write_inventory(tmp_path / "inv", THREE_NODES, cluster_vars(state, cluster_name="half"))
+    proc = local_cluster("up", "-i", str(inventory), env=failing_slurmd_path(tmp_path), check=False)
+    assert proc.returncode == 1
+    assert "slurmd of cpu-a1 did not start: slurmd: fatal: stand-in refuses to start" in proc.stderr
+    assert "(everything this 'up' made was removed again)" in proc.stderr
+    assert not any(name.startswith("half-") for name in netns_names().split())
+    assert not state.exists()
+
+
+def test_down_cleans_up_after_a_failed_up_that_was_kept(tmp_path):
+    state = tmp_path / "state"
+    inventory = write_inventory(tmp_path / "inv", THREE_NODES, cluster_vars(state, cluster_name="kept"))
+    proc = local_cluster("up", "-i", str(inventory), "--keep-failed", env=failing_slurmd_path(tmp_path), check=False)
+    assert proc.returncode == 1
+    report = status(inventory)
+    running = [c["pid"] for c in report["components"] if c["running"]]
+    assert "kept-cpu-a1" in netns_names() and running, "the failed cluster was kept for its logs"
+    local_cluster("down", "-i", str(inventory))
+    assert not any(name.startswith("kept-") for name in netns_names().split())
+    assert report["bridge"] not in links()
+    assert all(not Path(f"/proc/{pid}").exists() for pid in running)
+    assert not state.exists()

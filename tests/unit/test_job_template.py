@@ -28,6 +28,7 @@ def job(**overrides):
         "conda_root": "/starmap/nas/anaconda3", "conda_env": "magicdrivedit", "venv": "",
         "nccl_env_file": "/starmap/nas/env/nccl-gpu_A6000.sh", "env": {}, "rendezvous": "static", "master_port": 0,
         "script": "/starmap/nas/code/train.py", "script_args": [],
+        "end_marker": "/starmap/nas/jobs/magicdrive/.%j.ended",
     }
     base.update(overrides)
     return base
@@ -92,6 +93,12 @@ STANDINS = {
 }
 
 
+def in_dir(tmp_path, **overrides):
+    """A job whose directory (failure records, end marker) is the test's own."""
+    return job(job_dir=str(tmp_path), end_marker=f"{tmp_path}/.%j.ended", cuda_home="", conda_root="", conda_env="",
+               **overrides)
+
+
 def run_with_standins(tmp_path, script, exit_code=0):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -110,7 +117,7 @@ def run_with_standins(tmp_path, script, exit_code=0):
 
 def test_arguments_reach_the_training_exactly_and_rank_and_master_come_from_slurm(tmp_path):
     args = ["--name", "a b", "it's \"quoted\"", "$HOME", "*", "--lr=0.1"]
-    script = render(job(cuda_home="", conda_root="", conda_env="", script_args=args))
+    script = render(in_dir(tmp_path, script_args=args))
     proc, argv = run_with_standins(tmp_path, script)
     assert proc.returncode == 0, proc.stderr
     assert argv[0] == "-c"  # torchrun, run so that it keeps the failed worker's exit code
@@ -121,21 +128,22 @@ def test_arguments_reach_the_training_exactly_and_rank_and_master_come_from_slur
 
 @pytest.mark.parametrize("code", [1, 7, 137])
 def test_the_jobs_exit_code_is_the_trainings(tmp_path, code):
-    script = render(job(cuda_home="", conda_root="", conda_env=""))
+    script = render(in_dir(tmp_path))
     proc, _ = run_with_standins(tmp_path, script, exit_code=code)
     assert proc.returncode == code
     assert f"training step finished with exit code {code}" in proc.stdout
+    assert (tmp_path / ".4242.ended").read_text() == f"{code}\n", "the end marker a launch watches for"
 
 
 def test_a_fixed_master_port_is_used_as_given(tmp_path):
-    script = render(job(cuda_home="", conda_root="", conda_env="", master_port=34567))
+    script = render(in_dir(tmp_path, master_port=34567))
     _, argv = run_with_standins(tmp_path, script)
     assert "--master-port=34567" in argv
 
 
 def test_the_time_limit_warning_does_not_stop_the_training(tmp_path):
     """USR1 reaches the batch shell (B:); it logs the warning and keeps waiting for the step."""
-    script = render(job(cuda_home="", conda_root="", conda_env=""))
+    script = render(in_dir(tmp_path))
     slow_python = tmp_path / "slow"
     slow_python.mkdir()
     (slow_python / "python").write_text("#!/bin/sh\nsleep 2\nexit 3\n")
@@ -152,3 +160,23 @@ def test_the_time_limit_warning_does_not_stop_the_training(tmp_path):
     out, _ = batch.communicate(timeout=30)
     assert "time-limit warning (USR1) received" in out
     assert batch.returncode == 3 and "training step finished with exit code 3" in out
+
+
+def test_the_node_that_failed_first_gives_the_jobs_exit_code(tmp_path):
+    """srun reports the highest code of its tasks: here 143 of the node it stopped after node 1
+    failed with 7. Each node records when it saw its failure; the job takes the first."""
+    script = render(in_dir(tmp_path))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(STANDINS["scontrol"])
+    (bin_dir / "srun").write_text('#!/bin/sh\necho "1700000000.900000 143" > "$TRAINING_FAILURE_RECORD.0"\n'
+                                  'echo "1700000000.100000 7" > "$TRAINING_FAILURE_RECORD.1"\nexit 143\n')
+    for name in ("scontrol", "srun"):
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    (tmp_path / "job.sbatch").write_text(script)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "9", "SLURM_JOB_NAME": "j",
+           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[110-111]"}
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 7
+    assert "training step finished with exit code 7" in proc.stdout
+    assert not list(tmp_path.glob(".9.failure.*")), "the records are removed, so a requeued run starts clean"

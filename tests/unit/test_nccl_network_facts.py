@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import ansible.module_utils._internal
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
@@ -77,6 +78,13 @@ def active_roce_port(hca_name, ndev, link_local, ipv4_mapped=None):
         "rate": "100 Gb/sec (4X EDR)",
         "gids": roce_gids(ndev, link_local, ipv4_mapped),
     }
+
+
+@pytest.fixture(autouse=True)
+def module_side(monkeypatch):
+    """Run as a module runs on a node: once another test in this process has loaded Ansible's
+    controller side (templating, say), module warnings would go to its display instead."""
+    monkeypatch.setattr(ansible.module_utils._internal, "is_controller", False)
 
 
 def run_module(capsys, **module_args):
