@@ -74,3 +74,11 @@ def eventually(probe, timeout=30):
     while not (value := probe()) and time.monotonic() < deadline:
         time.sleep(0.5)
     return value
+
+
+def alive(pid):
+    """A process that still runs: an exited one waiting for its parent to reap it does not."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

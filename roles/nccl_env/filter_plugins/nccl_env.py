@@ -1,0 +1,165 @@
+"""Pure logic of the nccl_env role: merging detected and inventory NCCL settings, and the
+checks that refuse a setting NCCL would misread or a node group whose nodes disagree."""
+
+import re
+
+KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Old names NCCL or PyTorch no longer read, and the names that replaced them.
+RENAMED = {
+    "NCCL_MIN_NRINGS": "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NRINGS": "NCCL_MAX_NCHANNELS",
+    "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",
+    "NCCL_DESYNC_DEBUG": "TORCH_NCCL_DESYNC_DEBUG",
+}
+IB_ONLY_KEYS = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX")
+# Settings whose value names hardware that must exist on every node of the group.
+HARDWARE_KEYS = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME")
+NOT_NODE_GROUPS = {"all", "ungrouped", "compute"}
+
+
+def _text(value):
+    # YAML booleans would otherwise render as True/False, which NCCL does not read as 1/0.
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def nccl_env_merge(proposed, base, overrides):
+    """base < detected < inventory overrides. With IB disabled (sockets only), the detected IB
+    settings are dropped: they would only confuse a reader; an override is kept as given."""
+    settings = {key: _text(value) for key, value in (base or {}).items()}
+    detected = {key: _text(value) for key, value in (proposed or {}).items()}
+    wanted = {key: _text(value) for key, value in (overrides or {}).items()}
+    settings.update(detected)
+    settings.update(wanted)
+    if settings.get("NCCL_IB_DISABLE") == "1":
+        for key in IB_ONLY_KEYS:
+            if key not in wanted:
+                settings.pop(key, None)
+    return dict(sorted(settings.items()))
+
+
+def _list_entries(value):
+    """NCCL_IB_HCA / NCCL_SOCKET_IFNAME: (exclude, exact, [names]) per NCCL's syntax."""
+    exclude = value.startswith("^")
+    value = value[1:] if exclude else value
+    exact = value.startswith("=")
+    value = value[1:] if exact else value
+    return exclude, exact, [entry.strip() for entry in value.split(",") if entry.strip()]
+
+
+def nccl_env_setting_problems(settings, where):
+    """Problems with one node's settings that NCCL or PyTorch would misread."""
+    problems = []
+    for key, value in sorted((settings or {}).items()):
+        value = _text(value)
+        if not KEY_RE.match(key):
+            problems.append(f"{where}: {key!r} is no environment variable name (use upper case, digits, '_')")
+        if key in RENAMED:
+            problems.append(f"{where}: {key} is no longer read; use {RENAMED[key]}")
+        if any(char in value for char in "\n\r\0"):
+            problems.append(f"{where}: {key} holds a line break; give a single-line value")
+    ib_disable = _text(settings.get("NCCL_IB_DISABLE", "0"))
+    if ib_disable not in ("0", "1"):
+        problems.append(f"{where}: NCCL_IB_DISABLE={ib_disable}; use 1 (sockets only) or 0 (use IB/RoCE)")
+    ifname = settings.get("NCCL_SOCKET_IFNAME")
+    if ifname is not None:
+        exclude, _exact, names = _list_entries(_text(ifname))
+        if not exclude and "lo" in names:
+            problems.append(f"{where}: NCCL_SOCKET_IFNAME={ifname} includes the loopback interface lo; "
+                            "other nodes cannot reach it: name the cluster network's interface")
+        if not names:
+            problems.append(f"{where}: NCCL_SOCKET_IFNAME is empty; name an interface or leave it unset")
+    return problems
+
+
+def nccl_env_ipv4_from_facts(facts):
+    """{interface: [IPv4 addresses]} from gathered facts (sysfs holds no addresses)."""
+    found = {}
+    for name in facts.get("interfaces", []) or []:
+        iface = facts.get(name.replace("-", "_")) or {}
+        primary = (iface.get("ipv4") or {}).get("address")
+        if primary:
+            found[name] = [primary] + [a["address"] for a in iface.get("ipv4_secondaries", []) if a.get("address")]
+    return found
+
+
+def nccl_env_node_groups(hostname, group_names, groups):
+    """The host's node groups: groups holding only compute nodes (the partitions)."""
+    compute = set(groups.get("compute", []))
+    return sorted(
+        name for name in group_names
+        if name not in NOT_NODE_GROUPS and groups.get(name) and set(groups[name]) <= compute
+        and hostname in groups[name]
+    )
+
+
+def _matches(name, candidates, exact):
+    return [c for c in candidates if (c == name if exact else c.startswith(name))]
+
+
+def _hardware_problems(node):
+    """A node's settings naming an HCA port or interface it does not have (or that is down)."""
+    problems = []
+    settings, network, name = node["settings"], node.get("network") or {}, node["name"]
+    if settings.get("NCCL_IB_DISABLE", "0") != "1" and "NCCL_IB_HCA" in settings:
+        exclude, exact, entries = _list_entries(settings["NCCL_IB_HCA"])
+        active = [f"{h['name']}:{p['port']}" for h in network.get("hcas", []) for p in h["ports"] if p["active"]]
+        present = [h["name"] for h in network.get("hcas", [])]
+        for entry in [] if exclude else entries:
+            hca, _, port = entry.partition(":")
+            found = [a for a in active if (a.split(":")[0] == hca if exact else a.startswith(hca))
+                     and (not port or a.split(":")[1] == port)]
+            if not found:
+                problems.append(f"{name}: NCCL_IB_HCA names {entry}, which {name} does not have as an "
+                                f"active port (active: {', '.join(active) or 'none'}; HCAs: "
+                                f"{', '.join(present) or 'none'})")
+    if "NCCL_SOCKET_IFNAME" in settings:
+        exclude, exact, entries = _list_entries(settings["NCCL_SOCKET_IFNAME"])
+        # "unknown" is how some drivers (and loopback) report a working link; loopback never counts.
+        up = [i["name"] for i in network.get("interfaces", [])
+              if i.get("operstate") in ("up", "unknown") and i.get("type") != 772]
+        for entry in [] if exclude else entries:
+            if not _matches(entry, up, exact):
+                problems.append(f"{name}: NCCL_SOCKET_IFNAME names {entry}, which {name} does not have "
+                                f"up (up: {', '.join(up) or 'none'})")
+    return problems
+
+
+def nccl_env_group_problems(names, node_groups, settings, networks):
+    """Every reason the nodes' settings cannot be written: a node naming hardware it lacks, or
+    nodes of one group disagreeing (the group's env file holds one value per setting)."""
+    nodes = [{"name": n, "group": g, "settings": s, "network": net}
+             for n, g, s, net in zip(names, node_groups, settings, networks)]
+    problems = []
+    for node in nodes:
+        problems.extend(nccl_env_setting_problems(node["settings"], node["name"]))
+        problems.extend(_hardware_problems(node))
+    by_group = {}
+    for node in nodes:
+        by_group.setdefault(node["group"], []).append(node)
+    for group, members in sorted(by_group.items()):
+        keys = sorted({key for node in members for key in node["settings"]})
+        for key in keys:
+            values = {node["name"]: node["settings"].get(key) for node in members}
+            if len(set(values.values())) > 1:
+                majority = max(set(values.values()), key=lambda v: (list(values.values()).count(v), v or ""))
+                odd = [n for n, v in values.items() if v != majority]
+                listing = ", ".join(f"{n}={v if v is not None else '(unset)'}" for n, v in values.items())
+                problems.append(f"group {group}: {key} differs between its nodes ({listing}); "
+                                f"check {', '.join(odd)} (a missing or down interface or HCA?), or set "
+                                f"{key} for the group in nccl_env_overrides")
+    return problems
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "nccl_env_merge": nccl_env_merge,
+            "nccl_env_ipv4_from_facts": nccl_env_ipv4_from_facts,
+            "nccl_env_setting_problems": nccl_env_setting_problems,
+            "nccl_env_node_groups": nccl_env_node_groups,
+            "nccl_env_group_problems": nccl_env_group_problems,
+        }

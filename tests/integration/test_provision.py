@@ -1,0 +1,330 @@
+"""Provisioning: the molecule scenario of each role, and the cases around them: a checksum
+mismatch stops before the NAS is touched, an interrupted install is finished by a rerun, the
+env is updated only when environment.yml changes, a conda-pack archive is an offline
+alternative, an inconsistent node group is refused, and a second provision.yml on a cluster
+of its own reports changed=0. NAS-only cases run against localhost with a NAS directory of
+their own; none of them uses the default cluster of inventory/local."""
+
+import functools
+import hashlib
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from cluster import local_cluster
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+STANDINS = REPO / "tests" / "standins"
+SYSFS = REPO / "tests" / "unit" / "fixtures" / "sysfs"
+CUDA_RUNFILE = STANDINS / "cuda_11.8.0_520.61.05_linux.run"
+MINIFORGE = STANDINS / "Miniforge3-Linux-x86_64.sh"
+SITE_PACKAGES = subprocess.run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+       "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+NAS_PLAY = """\
+- name: NAS roles
+  hosts: nas
+  gather_facts: false
+  roles: {roles}
+"""
+NCCL_PLAY = """\
+- name: NCCL role
+  hosts: compute
+  gather_facts: false
+  any_errors_fatal: true
+  roles: [nccl_env]
+"""
+
+
+def sha256(path):
+    return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def playbook(inventory, play, extra_vars=None, env=None, check=False):
+    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(play)]
+    if extra_vars:
+        argv += ["-e", json.dumps(extra_vars)]
+    if check:
+        argv += ["--check", "--diff"]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, env={**ENV, **(env or {})})
+
+
+def recap(proc):
+    """{host: {ok, changed, failed, ...}} from the PLAY RECAP of a run."""
+    hosts = {}
+    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", proc.stdout, re.M):
+        hosts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
+    return hosts
+
+
+def tree(root):
+    root = Path(root)
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else None
+
+
+def environment_yml(path, dependencies):
+    path.write_text(json.dumps({"name": "magicdrivedit", "channels": [f"file://{SITE_PACKAGES}"],
+                                "dependencies": dependencies}))
+    return path
+
+
+@pytest.fixture
+def nas(tmp_path):
+    """An inventory with localhost as the NAS host, a NAS directory and the roles' vars."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(f"all:\n  children:\n    nas:\n      hosts:\n        localhost:\n"
+                         f"          ansible_connection: local\n"
+                         f"          ansible_python_interpreter: {sys.executable}\n")
+    (tmp_path / "nas").mkdir()
+    play = tmp_path / "play.yml"
+    play.write_text(NAS_PLAY.format(roles="[cuda_toolkit, conda]"))
+    # The conda cases need no toolkit: a play of the conda role alone keeps them quick.
+    (tmp_path / "conda.yml").write_text(NAS_PLAY.format(roles="[conda]"))
+    variables = {
+        "cluster_nas_root": str(tmp_path / "nas"),
+        "cuda_toolkit_runfile_controller_path": str(CUDA_RUNFILE),
+        "cuda_toolkit_runfile_checksum": sha256(CUDA_RUNFILE),
+        "cuda_toolkit_staging_dir": str(tmp_path / "staging" / "cuda"),
+        "conda_installer_controller_path": str(MINIFORGE),
+        "conda_installer_checksum": sha256(MINIFORGE),
+        "conda_staging_dir": str(tmp_path / "staging" / "conda"),
+        "conda_environment_file": str(environment_yml(tmp_path / "environment.yml", ["python=3.11", "pytorch"])),
+    }
+    return inventory, play, variables, tmp_path / "nas"
+
+
+@pytest.fixture(scope="module")
+def http_standins():
+    """The stand-ins served on 127.0.0.1 (the only network these tests use)."""
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(STANDINS))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("scenario", ["cuda_toolkit", "conda", "nccl_env"])
+def test_molecule_scenario(scenario):
+    """create (own local cluster), converge, idempotence (changed=0), verify, destroy."""
+    proc = subprocess.run([str(BIN / "molecule"), "test", "-s", scenario], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env=ENV)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("source", ["url", "controller_path", "nas_path"])
+def test_cuda_checksum_mismatch_fails_before_the_nas_is_touched(nas, http_standins, source):
+    inventory, play, variables, nas_root = nas
+    wrong = "sha256:" + "0" * 64
+    variables.update(cuda_toolkit_runfile_checksum=wrong, cuda_toolkit_runfile_controller_path="",
+                     cuda_toolkit_runfile_url=f"{http_standins}/{CUDA_RUNFILE.name}")
+    if source != "url":
+        variables[f"cuda_toolkit_runfile_{source}"] = str(CUDA_RUNFILE)
+    before = tree(nas_root)
+    proc = playbook(inventory, play, variables)
+    assert proc.returncode != 0
+    assert re.search(r"did not match 0{64}|expected\s+sha256:0{64}", proc.stdout), proc.stdout[-3000:]
+    assert tree(nas_root) == before == []
+    assert "Run the runfile" not in proc.stdout
+
+
+def test_conda_checksum_mismatch_fails_before_the_nas_is_touched(nas):
+    inventory, play, variables, nas_root = nas
+    play = play.with_name("conda.yml")
+    variables["conda_installer_checksum"] = sha256(CUDA_RUNFILE)  # a real checksum, of the wrong file
+    proc = playbook(inventory, play, variables)
+    assert proc.returncode != 0
+    assert "nothing was installed and the NAS was not touched" in proc.stdout, proc.stdout[-3000:]
+    assert "anaconda3" not in tree(nas_root)
+    assert "Run the installer" not in proc.stdout
+
+
+def test_interrupted_installs_are_finished_by_a_rerun(nas):
+    inventory, play, variables, nas_root = nas
+    home, partial = nas_root / "cuda" / "cuda-11.8", nas_root / "cuda" / ".cuda-11.8.partial"
+    conda_root = nas_root / "anaconda3"
+
+    killed = playbook(inventory, play, variables, env={"CUDA_STANDIN_KILL_AFTER": "lib64"})
+    assert killed.returncode != 0
+    assert not home.exists(), "a killed install left a toolkit at its home"
+    assert (partial / "bin" / "nvcc").exists() and not (partial / "version.json").exists()
+
+    killed = playbook(inventory, play, variables, env={"MINIFORGE_STANDIN_KILL_AFTER": "payload"})
+    assert killed.returncode != 0
+    assert (home / "version.json").exists() and not partial.exists()
+    assert conda_root.exists() and not (conda_root / "conda-meta" / ".ansible-slurm-train-installed").exists()
+
+    rerun = playbook(inventory, play, variables)
+    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    assert subprocess.run([home / "bin" / "nvcc", "--version"], capture_output=True, text=True).stdout.splitlines()[3] \
+        == "Cuda compilation tools, release 11.8, V11.8.89"
+    assert (conda_root / "conda-meta" / ".ansible-slurm-train-installed").exists()
+    assert not (nas_root / ".anaconda3.installing").exists()
+    assert (conda_root / "envs" / "magicdrivedit" / "bin" / "python").exists()
+
+
+def test_conda_env_is_updated_only_when_environment_yml_changes(nas):
+    inventory, play, variables, nas_root = nas
+    play = play.with_name("conda.yml")
+    env_python = nas_root / "anaconda3" / "envs" / "magicdrivedit" / "bin" / "python"
+    assert playbook(inventory, play, variables).returncode == 0
+
+    again = playbook(inventory, play, variables)
+    assert recap(again)["localhost"]["changed"] == 0, again.stdout[-3000:]
+    assert "Update the env" in again.stdout and "skipping: [localhost]" in again.stdout
+
+    environment_yml(Path(variables["conda_environment_file"]), ["python=3.11", "pytorch", "jinja2"])
+    changed = playbook(inventory, play, variables)
+    assert changed.returncode == 0, changed.stdout[-3000:]
+    assert re.search(r"TASK \[conda : Update the env to its changed environment.yml.\][^\n]*\nchanged:", changed.stdout)
+    assert subprocess.run([env_python, "-c", "import jinja2, torch"]).returncode == 0
+
+    environment_yml(Path(variables["conda_environment_file"]), ["python=3.11", "pytorch", "surely-not-a-package"])
+    missing = playbook(inventory, play, variables)
+    assert missing.returncode != 0 and "PackagesNotFoundError" in missing.stdout, missing.stdout[-3000:]
+
+
+def test_conda_pack_archive_is_an_offline_alternative(nas, tmp_path):
+    inventory, play, variables, nas_root = nas
+    play = play.with_name("conda.yml")
+    # Pack an env made by another (stand-in) conda install, as a site with internet would.
+    builder = tmp_path / "builder"
+    subprocess.run(["bash", MINIFORGE, "-b", "-p", builder], check=True, capture_output=True)
+    subprocess.run([builder / "bin" / "conda", "env", "create", "-f", variables["conda_environment_file"], "-n", "packed"],
+                   check=True, capture_output=True)
+    archive = tmp_path / "magicdrivedit.tar.gz"
+    subprocess.run([STANDINS / "conda-pack", "-p", builder / "envs" / "packed", "-o", archive], check=True,
+                   capture_output=True)
+    variables.update(conda_environment_file="", conda_pack_archive=str(archive),
+                     conda_pack_archive_checksum=sha256(archive))
+    first = playbook(inventory, play, variables)
+    assert first.returncode == 0, first.stdout[-3000:]
+    prefix = nas_root / "anaconda3" / "envs" / "magicdrivedit"
+    check = subprocess.run(["bash", "-c", 'source "$1/etc/profile.d/conda.sh" && conda activate magicdrivedit && '
+                            'python -c "import sys, torch; print(sys.prefix)"', "bash", nas_root / "anaconda3"],
+                           capture_output=True, text=True)
+    assert check.stdout.strip() == str(prefix), check.stderr
+    pyvenv = (prefix / "pyvenv.cfg").read_text()  # conda-unpack rewrote the packed prefix to the env's
+    assert str(builder / "envs" / "packed") not in pyvenv and str(prefix) in pyvenv
+    with tarfile.open(archive) as packed:
+        assert "./bin/conda-unpack" in packed.getnames()
+    again = playbook(inventory, play, variables)
+    assert recap(again)["localhost"]["changed"] == 0, again.stdout[-3000:]
+
+
+def nccl_inventory(tmp_path, hosts, group_vars=""):
+    inventory = tmp_path / "nccl-hosts.yml"
+    host_lines = "".join(f"            {name}: {{nccl_env_sysfs_root: {SYSFS / tree_name}, "
+                         f"nccl_env_ipv4_addresses: {json.dumps(addresses)}}}\n"
+                         for name, tree_name, addresses in hosts)
+    inventory.write_text(
+        "all:\n  vars:\n    ansible_connection: local\n"
+        f"    ansible_python_interpreter: {sys.executable}\n"
+        f"    cluster_nas_root: {tmp_path / 'nas'}\n"
+        f"    nccl_env_conf_path: \"{tmp_path}/{{{{ inventory_hostname }}}}.nccl.conf\"\n"
+        "  children:\n    nas:\n      hosts:\n        localhost:\n"
+        "    compute:\n      children:\n        gpu_roce:\n" + group_vars + "          hosts:\n" + host_lines)
+    play = tmp_path / "nccl.yml"
+    play.write_text(NCCL_PLAY)
+    return inventory, play
+
+
+def test_nccl_env_refuses_a_group_whose_nodes_differ(tmp_path):
+    inventory, play = nccl_inventory(tmp_path, [("r1", "two_hcas", {"ens1f0": ["10.10.0.11"], "ens1f1": ["10.10.1.11"]}),
+                                                ("r2", "two_hcas_one_down", {"ens1f0": ["10.10.0.12"]})])
+    proc = playbook(inventory, play)
+    assert proc.returncode != 0
+    assert "group gpu_roce: NCCL_IB_HCA differs between its nodes (r1=mlx5_0:1,mlx5_1:1, r2=mlx5_0:1); check r2" \
+        in proc.stdout, proc.stdout[-3000:]
+    assert "NCCL_SOCKET_IFNAME differs" in proc.stdout
+    assert not list(tmp_path.glob("*.nccl.conf")) and not (tmp_path / "nas" / "env").exists()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"NCCL_SOCKET_IFNAME": "ens1f1"}, "r2: NCCL_SOCKET_IFNAME names ens1f1, which r2 does not have up"),
+    ({"NCCL_IB_HCA": "mlx5_1:1"}, "r2: NCCL_IB_HCA names mlx5_1:1, which r2 does not have as an active port"),
+    ({"NCCL_SOCKET_IFNAME": "lo,ens1f0"}, "includes the loopback interface lo"),
+    ({"NCCL_MIN_NRINGS": 4}, "NCCL_MIN_NRINGS is no longer read; use NCCL_MIN_NCHANNELS"),
+])
+def test_nccl_env_refuses_inventory_settings_a_node_cannot_honour(tmp_path, overrides, message):
+    group_vars = f"          vars:\n            nccl_env_overrides: {json.dumps(overrides)}\n"
+    inventory, play = nccl_inventory(tmp_path, [("r1", "two_hcas", {"ens1f0": ["10.10.0.11"], "ens1f1": ["10.10.1.11"]}),
+                                                ("r2", "two_hcas_one_down", {"ens1f0": ["10.10.0.12"]})], group_vars)
+    proc = playbook(inventory, play)
+    assert proc.returncode != 0
+    assert message in proc.stdout, proc.stdout[-3000:]
+    assert not list(tmp_path.glob("*.nccl.conf"))
+
+
+PROVISION_HOSTS = """\
+all:
+  children:
+    nas:
+      hosts:
+        localhost:
+    compute:
+      children:
+        gpu_pv:
+          hosts:
+            pv-n1: {ansible_host: 10.84.0.11}
+            pv-n2: {ansible_host: 10.84.0.12}
+"""
+
+
+def test_second_provision_run_reports_changed_zero(tmp_path, http_standins):
+    """provision.yml end to end on a 2-node cluster of its own: CUDA from a URL, conda from the
+    controller, the NCCL env on both nodes; then a --check run and a second run change nothing."""
+    state = Path("/var/lib/ansible-slurm-train/test-provision")
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(PROVISION_HOSTS)
+    (inventory / "group_vars" / "all.yml").write_text(json.dumps({
+        "cluster_name": "test-provision", "local_cluster_state_dir": str(state),
+        "local_cluster_network": "10.84.0.0/24", "cluster_nas_root": str(state / "nas"),
+        "local_cluster_slurmctld_port": 29817, "local_cluster_slurmd_port": 29818,
+        "local_cluster_slurmdbd_port": 29819, "local_cluster_mariadb_port": 29306}))
+    (inventory / "group_vars" / "nas.yml").write_text(json.dumps({
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}))
+    (inventory / "group_vars" / "compute.yml").write_text(json.dumps({
+        "ansible_user": "root", "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_ssh_private_key_file": str(state / "ssh" / "id_ed25519"),
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={state / 'ssh' / 'known_hosts'} -o StrictHostKeyChecking=yes",
+        "nccl_env_sysfs_root": str(SYSFS / "no_hca")}))
+    variables = {
+        "cuda_toolkit_runfile_url": f"{http_standins}/{CUDA_RUNFILE.name}",
+        "cuda_toolkit_runfile_checksum": sha256(CUDA_RUNFILE),
+        "cuda_toolkit_staging_dir": str(tmp_path / "staging" / "cuda"),
+        "conda_installer_controller_path": str(MINIFORGE), "conda_installer_checksum": sha256(MINIFORGE),
+        "conda_staging_dir": str(tmp_path / "staging" / "conda"),
+        "conda_environment_file": str(environment_yml(tmp_path / "environment.yml", ["python=3.11", "pytorch"])),
+    }
+    local_cluster("up", "-i", str(inventory))
+    try:
+        first = playbook(inventory, REPO / "provision.yml", variables)
+        assert first.returncode == 0, first.stdout[-4000:]
+        assert recap(first)["localhost"]["changed"] > 0
+        assert (state / "nas" / "env" / "nccl-gpu_pv.sh").read_text().count("export NCCL_SOCKET_IFNAME=eth0") == 1
+        check = playbook(inventory, REPO / "provision.yml", variables, check=True)
+        assert check.returncode == 0, check.stdout[-4000:]
+        assert all(c["changed"] == 0 for c in recap(check).values()), check.stdout[-4000:]
+        second = playbook(inventory, REPO / "provision.yml", variables)
+        assert second.returncode == 0, second.stdout[-4000:]
+        counts = recap(second)
+        assert set(counts) == {"localhost", "pv-n1", "pv-n2"}
+        assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), second.stdout[-4000:]
+    finally:
+        local_cluster("down", "-i", str(inventory))

@@ -1,0 +1,124 @@
+"""Unit tests for roles/nccl_env/filter_plugins/nccl_env.py: merging and consistency checks,
+on the recorded sysfs trees read by nccl_network_facts."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SYSFS = Path(__file__).resolve().parent / "fixtures" / "sysfs"
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+nccl_env = _load("nccl_env_filters", REPO / "roles" / "nccl_env" / "filter_plugins" / "nccl_env.py")
+facts = _load("nccl_network_facts_for_filters", REPO / "library" / "nccl_network_facts.py")
+
+
+def node(name, tree, addresses, group="gpu", overrides=None, base=None):
+    """A node as the role sees it after detection and merge."""
+    root = str(SYSFS / tree)
+    hcas, interfaces = facts.read_hcas(root), facts.read_interfaces(root, addresses)
+    proposed, _ = facts.propose_nccl_settings(hcas, interfaces, facts.DEFAULT_EXCLUDE_INTERFACES, "RoCE v2", True)
+    settings = nccl_env.nccl_env_merge(proposed, base or {}, overrides or {})
+    return name, group, settings, {"hcas": hcas, "interfaces": interfaces}
+
+
+def problems(*nodes):
+    return nccl_env.nccl_env_group_problems(*[list(column) for column in zip(*nodes)])
+
+
+def test_inventory_values_win_over_detection_and_base():
+    merged = nccl_env.nccl_env_merge({"NCCL_IB_HCA": "mlx5_0:1", "NCCL_IB_DISABLE": "0"},
+                                     {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_IB_HCA": "x"},
+                                     {"NCCL_IB_HCA": "=mlx5_0", "NCCL_MIN_NCHANNELS": 4})
+    assert merged == {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0", "NCCL_MIN_NCHANNELS": "4",
+                      "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+def test_sockets_only_drops_detected_ib_settings_but_keeps_inventory_ones():
+    detected = {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "mlx5_0:1", "NCCL_IB_GID_INDEX": "3"}
+    assert nccl_env.nccl_env_merge(detected, {}, {"NCCL_IB_DISABLE": True, "NCCL_IB_GID_INDEX": 1}) == \
+        {"NCCL_IB_DISABLE": "1", "NCCL_IB_GID_INDEX": "1"}
+
+
+def test_different_trees_with_the_same_usable_hardware_are_consistent():
+    assert problems(node("r1", "roce_v1_v2", {"ens1f0": ["10.10.0.11"]}),
+                    node("r2", "two_hcas_one_down", {"ens1f0": ["10.10.0.12"]})) == []
+
+
+def test_an_hca_down_on_one_node_is_refused_naming_node_and_setting():
+    found = problems(node("r1", "two_hcas", {"ens1f0": ["10.10.0.11"]}),
+                     node("r2", "two_hcas", {"ens1f0": ["10.10.0.12"]}),
+                     node("r3", "two_hcas_one_down", {"ens1f0": ["10.10.0.13"]}))
+    assert found == ["group gpu: NCCL_IB_HCA differs between its nodes (r1=mlx5_0:1,mlx5_1:1, "
+                     "r2=mlx5_0:1,mlx5_1:1, r3=mlx5_0:1); check r3 (a missing or down interface or HCA?), "
+                     "or set NCCL_IB_HCA for the group in nccl_env_overrides"]
+
+
+def test_nodes_in_different_groups_may_differ():
+    assert problems(node("i1", "ib_single", {"ib0": ["10.1.0.1"]}, group="gpu_ib"),
+                    node("c1", "no_hca", {"eth0": ["10.0.0.5"]}, group="cpu")) == []
+
+
+def test_a_group_override_naming_hardware_one_node_lacks_is_refused():
+    override = {"NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1", "NCCL_SOCKET_IFNAME": "ens1f0,ens1f1"}
+    found = problems(node("r1", "two_hcas", {"ens1f0": ["a"]}, overrides=override),
+                     node("r2", "two_hcas_one_down", {"ens1f0": ["b"]}, overrides=override))
+    assert found == [
+        "r2: NCCL_IB_HCA names mlx5_1:1, which r2 does not have as an active port (active: mlx5_0:1; "
+        "HCAs: mlx5_0, mlx5_1)",
+        "r2: NCCL_SOCKET_IFNAME names ens1f1, which r2 does not have up (up: ens1f0)",
+    ]
+
+
+def test_exact_and_prefix_matches_follow_nccl_syntax():
+    n = node("i1", "ib_single", {"ib0": ["10.1.0.1"]}, overrides={"NCCL_IB_HCA": "=mlx5_0", "NCCL_SOCKET_IFNAME": "ib"})
+    assert problems(n) == []
+    n = node("i1", "ib_single", {"ib0": ["10.1.0.1"]}, overrides={"NCCL_SOCKET_IFNAME": "=ib"})
+    assert problems(n) == ["i1: NCCL_SOCKET_IFNAME names ib, which i1 does not have up (up: eno1, ib0)"]
+    n = node("i1", "ib_single", {"ib0": ["10.1.0.1"]}, overrides={"NCCL_SOCKET_IFNAME": "^docker,lo"})
+    assert problems(n) == []
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"NCCL_SOCKET_IFNAME": "lo"}, "includes the loopback interface lo"),
+    ({"NCCL_SOCKET_IFNAME": "=eth0,lo"}, "includes the loopback interface lo"),
+    ({"NCCL_MIN_NRINGS": "4"}, "NCCL_MIN_NRINGS is no longer read; use NCCL_MIN_NCHANNELS"),
+    ({"NCCL_ASYNC_ERROR_HANDLING": "1"}, "use TORCH_NCCL_ASYNC_ERROR_HANDLING"),
+    ({"NCCL_IB_DISABLE": "yes"}, "NCCL_IB_DISABLE=yes; use 1 (sockets only) or 0"),
+    ({"nccl_debug": "INFO"}, "'nccl_debug' is no environment variable name"),
+    ({"NCCL_DEBUG": "INFO\nNCCL_IB_DISABLE=1"}, "NCCL_DEBUG holds a line break"),
+])
+def test_settings_nccl_would_misread_are_refused(settings, message):
+    found = nccl_env.nccl_env_setting_problems(settings, "n1")
+    assert any(message in p for p in found), found
+
+
+def test_good_settings_pass():
+    assert nccl_env.nccl_env_setting_problems({"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0",
+                                               "TORCH_NCCL_ASYNC_ERROR_HANDLING": 1}, "n1") == []
+
+
+def test_node_group_is_the_compute_subgroup_holding_the_host():
+    groups = {"all": ["n1", "n2", "login"], "compute": ["n1", "n2"], "gpu_a": ["n1"], "gpu_b": ["n2"],
+              "nas": ["login"], "ungrouped": []}
+    assert nccl_env.nccl_env_node_groups("n1", ["compute", "gpu_a"], groups) == ["gpu_a"]
+    assert nccl_env.nccl_env_node_groups("n1", ["compute", "gpu_a", "mixed"], {**groups, "mixed": ["n1", "login"]}) \
+        == ["gpu_a"]
+
+
+def test_ipv4_addresses_come_from_the_facts():
+    gathered = {"interfaces": ["lo", "eth0", "ib-0", "ens1"],
+                "lo": {"ipv4": {"address": "127.0.0.1"}},
+                "eth0": {"ipv4": {"address": "10.0.0.5"}, "ipv4_secondaries": [{"address": "10.0.0.6"}]},
+                "ib_0": {"ipv4": {"address": "10.1.0.5"}},
+                "ens1": {"macaddress": "00:11"}}
+    assert nccl_env.nccl_env_ipv4_from_facts(gathered) == {
+        "lo": ["127.0.0.1"], "eth0": ["10.0.0.5", "10.0.0.6"], "ib-0": ["10.1.0.5"]}
