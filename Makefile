@@ -21,9 +21,11 @@ down:
 status:
 	$(LOCAL_CLUSTER) status -i $(INVENTORY)
 
-# The main job end to end on the local cluster: examples/train_ddp.py across both nodes,
-# 2 processes each (gloo on CPU), followed to its end, outputs in outputs/.
+# The main job end to end on the local cluster: provision CUDA, conda and the NCCL env (a
+# no-op the second time), then examples/train_ddp.py across both nodes, 2 processes each
+# (gloo on CPU), followed to its end, outputs in outputs/.
 demo: up
+	$(BIN)/ansible-playbook -i $(INVENTORY) provision.yml
 	$(BIN)/ansible-playbook -i $(INVENTORY) launch.yml -e nodes=node110,node111 \
 	  -e script=examples/train_ddp.py -e nproc_per_node=2 -e '{"script_args": "--steps 30 --log-every 10"}'
 

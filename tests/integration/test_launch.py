@@ -28,6 +28,10 @@ def test_static_rendezvous_job_trains_four_ranks_and_collects_its_outputs(cluste
     assert sorted(line.split()[3] for line in log.splitlines() if " local_rank=" in line) == \
         ["host=node110", "host=node110", "host=node111", "host=node111"]
     assert "[rank0] training complete steps=6" in log
+    # What provision.yml put on the NAS is what the job ran with.
+    assert "python /starmap/nas/anaconda3/envs/magicdrivedit/bin/python" in log
+    assert "CUDA_HOME=/starmap/nas/cuda/cuda-11.8" in log
+    assert "env: NCCL_SOCKET_IFNAME=eth0" in log and "env: NCCL_IB_DISABLE=1" in log
     script = (folder / f"{name}.sbatch").read_text()
     for directive in ("--partition=gpu_A6000", "--nodes=2", "--nodelist=node[110-111]", "--gres=gpu:8",
                       "--ntasks-per-node=1", "--cpus-per-task=16", "--open-mode=append", f"--job-name={name}"):
@@ -49,21 +53,21 @@ def test_c10d_rendezvous_on_a_node_group_and_count(cluster, tmp_path):
 
 def test_one_failing_rank_fails_the_job_fast_with_its_exit_code(cluster, tmp_path):
     name = unique_job_name("fail")
-    proc = launch(tmp_path, "nodes=node[110-111]", f"script={TRAINER}", "nproc_per_node=2", f"job_name={name}",
-                  script_args("--steps 50 --step-sleep 1 --fail-rank 3 --fail-at-step 2 --fail-exit-code 7"))
+    proc = launch(tmp_path, "nodes=node[110-111]", f"script={TRAINER}", "nproc_per_node=1", f"job_name={name}",
+                  script_args("--steps 50 --step-sleep 1 --fail-rank 1 --fail-at-step 2 --fail-exit-code 7"))
     assert proc.returncode != 0
     folder, job = outputs_of(tmp_path, name)
     assert (job["state"], job["exit_code"]) == ("FAILED", 7)
     assert job["elapsed_seconds"] < 45, "the job fails when the rank does, not at a timeout"
     assert f"ended FAILED, exit code 7" in proc.stdout
     assert "training step finished with exit code 7" in proc.stdout, "the log tail is in the failure"
-    assert "rank 3 failing on purpose at step 2 with exit code 7" in \
+    assert "rank 1 failing on purpose at step 2 with exit code 7" in \
         (folder / f"{name}-{job['job_id']}.out").read_text()
 
 
 def test_no_wait_then_rerun_finds_the_job_and_job_id_collects_it(cluster, tmp_path):
     name = unique_job_name("nowait")
-    request = ["nodes=node110,node111", f"script={TRAINER}", "nproc_per_node=2", f"job_name={name}",
+    request = ["nodes=node110,node111", f"script={TRAINER}", "nproc_per_node=1", f"job_name={name}",
                script_args("--steps 4 --step-sleep 2")]
     first = launch(tmp_path, *request, "wait=false")
     assert first.returncode == 0, first.stdout + first.stderr

@@ -21,12 +21,12 @@ HOSTS = """\
           children:
             gpu_acct:
               hosts:
-                acct-g1: {ansible_host: 10.84.0.11}
-                acct-g2: {ansible_host: 10.84.0.12}
+                acct-g1: {ansible_host: 10.85.0.11}
+                acct-g2: {ansible_host: 10.85.0.12}
               vars: {cluster_node_gpus: 2, cluster_node_cpus: 4}
             cpu_acct:
               hosts:
-                acct-c1: {ansible_host: 10.84.0.21}
+                acct-c1: {ansible_host: 10.85.0.21}
               vars: {cluster_node_cpus: 2}
     """
 
@@ -37,7 +37,7 @@ def accounting_cluster(tmp_path_factory):
     state = base / "state"
     inventory = write_inventory(base / "inv", HOSTS, {
         "cluster_name": "acct", "local_cluster_state_dir": str(state), "cluster_nas_root": str(state / "nas"),
-        "local_cluster_network": "10.84.0.0/24", "local_cluster_slurmctld_port": 36817,
+        "local_cluster_network": "10.85.0.0/24", "local_cluster_slurmctld_port": 36817,
         "local_cluster_slurmdbd_port": 36819, "local_cluster_mariadb_port": 33306,
         "cluster_slurm_conf": str(state / "etc" / "slurm.conf"), "cluster_venv": str(REPO / ".venv")})
     local_cluster("up", "-i", str(inventory), "--accounting")
