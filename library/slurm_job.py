@@ -127,6 +127,32 @@ notes:
     prediction in RV(test_only) (RV(changed=true)), or reports the identical job already queued
     (RV(changed=false)); nothing is submitted or cancelled and nothing is followed.
   - RV(queries) counts every Slurm command the module ran, retries included.
+  - 'How each Slurm job state ends a follow (final states make the module return; a final state other
+    than C(COMPLETED) makes it fail):'
+  - 'C(BOOT_FAIL): RV(outcome=node_failure), final, failure; terminated because its nodes failed to boot.'
+  - 'C(CANCELLED): RV(outcome=cancelled), final, failure; cancelled by the user or an administrator.'
+  - 'C(COMPLETED): RV(outcome=succeeded), final, success; every process on every node exited with code 0.'
+  - 'C(COMPLETING): RV(outcome=finishing), not final, followed on; processes ending; the epilog may still run.'
+  - 'C(CONFIGURING): RV(outcome=waiting), not final, followed on; allocated; waiting for its nodes to become ready.'
+  - 'C(DEADLINE): RV(outcome=timeout), final, failure; terminated on reaching its --deadline.'
+  - 'C(FAILED): RV(outcome=failed), final, failure; terminated with a non-zero exit code or another failure.'
+  - 'C(NODE_FAIL): RV(outcome=node_failure), final, failure; terminated because an allocated node failed.'
+  - 'C(OUT_OF_MEMORY): RV(outcome=out_of_memory), final, failure; killed after running out of memory.'
+  - 'C(PENDING): RV(outcome=waiting), not final, followed on; waiting for a resource allocation.'
+  - 'C(PREEMPTED): RV(outcome=preempted), final, failure; terminated by preemption.'
+  - 'C(REQUEUED): RV(outcome=requeued), not final, followed on; being requeued; it will run again.'
+  - 'C(REQUEUE_FED): RV(outcome=requeued), not final, followed on; being requeued by the federation.'
+  - 'C(REQUEUE_HOLD): RV(outcome=held), not final, followed on; requeued and held until ''scontrol release''.'
+  - 'C(RESIZING): RV(outcome=running), not final, followed on; about to change size.'
+  - 'C(RESV_DEL_HOLD): RV(outcome=held), not final, followed on; held because its reservation was deleted.'
+  - 'C(REVOKED): RV(outcome=revoked), final, failure; federation sibling removed: another cluster runs it.'
+  - 'C(RUNNING): RV(outcome=running), not final, followed on; running on its allocation.'
+  - 'C(SIGNALING): RV(outcome=running), not final, followed on; being signaled.'
+  - 'C(SPECIAL_EXIT): RV(outcome=held), not final, followed on; requeued and held after a special exit code.'
+  - 'C(STAGE_OUT): RV(outcome=finishing), not final, followed on; staging out files.'
+  - 'C(STOPPED): RV(outcome=suspended), not final, followed on; stopped with SIGSTOP; keeps its CPUs.'
+  - 'C(SUSPENDED): RV(outcome=suspended), not final, followed on; suspended; its CPUs were released.'
+  - 'C(TIMEOUT): RV(outcome=timeout), final, failure; terminated on reaching its time limit.'
 author:
   - ansible-slurm-train maintainers
 """

@@ -561,8 +561,21 @@ def parse_sacct(stdout):
 SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%k"
 
 
+def _scontrol_reason(reason):
+    """A reason as ``scontrol show job`` spells it: each white-space character becomes '_'.
+
+    squeue's ``%r`` prints the reason as slurmctld has it
+    (``ReqNodeNotAvail, UnavailableNodes:rec2``); scontrol, whose one-line
+    records are split at spaces, prints ``ReqNodeNotAvail,_UnavailableNodes:rec2``.
+    """
+    return None if reason is None else re.sub(r"\s", "_", reason.strip())
+
+
 def parse_squeue(stdout):
-    """Jobs of ``squeue -h -o SQUEUE_FORMAT``: job_id, name, state, reason, nodes, comment."""
+    """Jobs of ``squeue -h -o SQUEUE_FORMAT``: job_id, name, state, reason, nodes, comment.
+
+    ``reason`` is spelt as parse_scontrol_job() gives it, so that the two compare.
+    """
     jobs = []
     for line in _data_lines(stdout):
         # Comment is the last field, so a '|' inside it stays there.
@@ -574,7 +587,7 @@ def parse_squeue(stdout):
             "job_id": _job_id(job_id),
             "name": name,
             "state": normalize_state(state),
-            "reason": _optional(reason),
+            "reason": _scontrol_reason(_optional(reason)),
             "nodes": _nodes(nodes),
             "comment": _optional(comment),
         })

@@ -5,6 +5,7 @@ exit_json/fail_json raise instead of exiting, carrying the result.
 """
 
 import os
+import re
 
 import pytest
 import slurm_job
@@ -19,6 +20,8 @@ SACCT = ["sacct", "-j", "1234", "-n", "-P", "-D", "-X", "-o",
 SOCKET_TIMEOUT = (1, "", "slurm_load_jobs error: Socket timed out on send/recv operation\n")
 INVALID_JOB_ID = (1, "", "slurm_load_jobs error: Invalid job id specified\n")
 SCRIPT_TEXT = "#!/bin/bash\n#SBATCH --ntasks-per-node=1\nsrun python train.py\n"
+# Where the recorded jobs ran (fixtures/slurm/README.md).
+RECORDED_RUN_DIR = "/var/lib/ansible-slurm-train/rec/nas/runs/train-ddp"
 
 
 class ModuleExit(Exception):
@@ -102,6 +105,34 @@ def comment():
     return "fingerprint:" + slurm_job.job_fingerprint("train-ddp", SCRIPT_TEXT.encode())
 
 
+@pytest.fixture
+def job_output(slurm_output):
+    """A recorded ``scontrol show job -o`` line as the record of job 1234 (or ``job_id``).
+
+    The recordings come from several jobs of the local cluster; a scenario follows one job,
+    so it gets one id (and, with ``run_dir``, its output files where the test can write them).
+    Every other value is as recorded.
+    """
+
+    def read(state, job_id=1234, run_dir=None):
+        text = slurm_output(f"scontrol_show_job_{state}.txt")
+        text = re.sub(r"^JobId=\d+ ", f"JobId={job_id} ", text)
+        text = re.sub(r"train-ddp-\d+\.out", f"train-ddp-{job_id}.out", text)
+        return text.replace(RECORDED_RUN_DIR, run_dir) if run_dir else text
+
+    return read
+
+
+@pytest.fixture
+def sacct_output(slurm_output):
+    """A recorded sacct output as that of job 1234: its JobID column rewritten, nothing else."""
+
+    def read(name, job_id=1234):
+        return re.sub(r"^\d+\|", f"{job_id}|", slurm_output(name), flags=re.MULTILINE)
+
+    return read
+
+
 def run_module(args, check_mode=False):
     if check_mode:
         args = {**args, "_ansible_check_mode": True}
@@ -120,14 +151,14 @@ def test_fingerprint_is_first_16_hex_of_sha256_of_name_and_script():
     assert slurm_job.job_fingerprint("train-ddp2", b"echo hi\n") != slurm_job.job_fingerprint("train-ddp", b"echo hi\n")
 
 
-def test_submit_and_follow_to_completed(slurm_cli, clock, script, comment, slurm_output, tmp_path):
+def test_submit_and_follow_to_completed(slurm_cli, clock, script, comment, tmp_path, job_output):
     log = tmp_path / "train-ddp-1234.out"
     log.write_text("".join(f"step {n}\n" for n in range(100)))
-    completed = slurm_output("scontrol_show_job_completed.txt").replace("/nas/runs/train-ddp", str(tmp_path))
+    completed = job_output("completed", run_dir=str(tmp_path))
     slurm_cli.answer(SQUEUE)
     slurm_cli.answer(["sbatch"], out="1234\n")
     for fixture in ("pending_resources", "pending_resources", "running", "running", "running"):
-        slurm_cli.answer(SCONTROL, out=slurm_output(f"scontrol_show_job_{fixture}.txt"))
+        slurm_cli.answer(SCONTROL, out=job_output(fixture))
     slurm_cli.answer(SCONTROL, out=completed)
 
     outcome = run_module({"script": script, "job_name": "train-ddp", "chdir": str(tmp_path),
@@ -152,20 +183,19 @@ def test_submit_and_follow_to_completed(slurm_cli, clock, script, comment, slurm
     )} == {
         "changed": True, "submitted": True, "found_existing": False, "timed_out": False, "job_id": 1234,
         "state": "COMPLETED", "outcome": "succeeded", "final": True, "exit_code": 0, "exit_signal": 0,
-        "reason": None, "nodes": ["node110", "node111"], "elapsed_seconds": 3723, "restarts": 0,
+        "reason": None, "nodes": ["rec1", "rec2"], "elapsed_seconds": 0, "restarts": 0,
         "stdout_path": str(log), "stderr_path": str(log), "log_tail": ["step 97", "step 98", "step 99"],
-        "queries": 8, "state_source": "scontrol", "name": "train-ddp", "partition": "gpu_A6000",
+        "queries": 8, "state_source": "scontrol", "name": "train-ddp", "partition": "gpu",
         "test_only": None,
     }
 
 
-def test_failed_job_fails_the_task_naming_exit_code_and_reason(slurm_cli, clock, script, slurm_output, tmp_path):
+def test_failed_job_fails_the_task_naming_exit_code_and_reason(slurm_cli, clock, script, tmp_path, job_output):
     (tmp_path / "train-ddp-1234.out").write_text("Traceback (most recent call last):\nValueError: bad lr\n")
     slurm_cli.answer(SQUEUE)
     slurm_cli.answer(["sbatch"], out="1234\n")
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt"))
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_failed.txt").replace(
-        "/nas/runs/train-ddp", str(tmp_path)))
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("failed", run_dir=str(tmp_path)))
 
     outcome = run_module({"script": script, "job_name": "train-ddp"})
 
@@ -182,22 +212,22 @@ def test_failed_job_fails_the_task_naming_exit_code_and_reason(slurm_cli, clock,
     ("cancelled", "CANCELLED", "None"), ("timeout", "TIMEOUT", "TimeLimit"),
     ("node_fail", "NODE_FAIL", "NodeDown"), ("out_of_memory", "OUT_OF_MEMORY", "OutOfMemory"),
 ])
-def test_every_unsuccessful_end_fails_the_task(slurm_cli, clock, slurm_output, fixture, state, reason):
-    slurm_cli.answer(SCONTROL, out=slurm_output(f"scontrol_show_job_{fixture}.txt"))
+def test_every_unsuccessful_end_fails_the_task(slurm_cli, clock, fixture, state, reason, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output(fixture))
     outcome = run_module({"job_id": 1234})
     assert outcome.failed is True
     assert outcome.result["msg"].startswith(f"Slurm job 1234 ended in state {state} (exit code ")
     assert outcome.result["msg"].endswith(f"reason {None if reason == 'None' else reason})")
 
 
-def test_identical_pending_job_is_followed_not_resubmitted(slurm_cli, clock, script, comment, slurm_output):
+def test_identical_pending_job_is_followed_not_resubmitted(slurm_cli, clock, script, comment, job_output):
     slurm_cli.answer(SQUEUE, out=(
         "1230|train-ddp|RUNNING|None|node113|fingerprint:0000000000000000\n"
         f"1234|train-ddp|PENDING|Resources||{comment}\n"
         "1236|train-ddp|PENDING|Priority||(null)\n"
     ))
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt"))
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
 
     outcome = run_module({"script": script, "job_name": "train-ddp"})
 
@@ -208,35 +238,35 @@ def test_identical_pending_job_is_followed_not_resubmitted(slurm_cli, clock, scr
     assert (result["state"], result["queries"]) == ("COMPLETED", 3)
 
 
-def test_newest_active_copy_wins_and_completing_copies_count(slurm_cli, clock, script, comment, slurm_output):
+def test_newest_active_copy_wins_and_completing_copies_count(slurm_cli, clock, script, comment, job_output):
     slurm_cli.answer(SQUEUE, out=f"1200|train-ddp|RUNNING|None|node110|{comment}\n1234|train-ddp|COMPLETING|None|node111|{comment}\n")
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"script": script, "job_name": "train-ddp"})
     assert (outcome.result["job_id"], outcome.result["found_existing"]) == (1234, True)
 
 
-def test_finished_copy_does_not_stop_a_new_submission(slurm_cli, clock, script, comment, slurm_output):
+def test_finished_copy_does_not_stop_a_new_submission(slurm_cli, clock, script, comment, job_output):
     slurm_cli.answer(SQUEUE, out=f"1200|train-ddp|CANCELLED|None|node110|{comment}\n")
     slurm_cli.answer(["sbatch"], out="1234\n")
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"script": script, "job_name": "train-ddp"})
     assert (outcome.result["submitted"], outcome.result["job_id"]) == (True, 1234)
 
 
-def test_changed_script_is_a_new_job(slurm_cli, clock, script, comment, slurm_output):
+def test_changed_script_is_a_new_job(slurm_cli, clock, script, comment, job_output):
     with open(script, "a") as handle:
         handle.write("echo one more line\n")
     slurm_cli.answer(SQUEUE, out=f"1200|train-ddp|RUNNING|None|node110|{comment}\n")
     slurm_cli.answer(["sbatch"], out="1234\n")
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"script": script, "job_name": "train-ddp"})
     assert (outcome.result["submitted"], outcome.result["found_existing"]) == (True, False)
     assert slurm_cli.argvs[1][3] != f"--comment={comment}"
 
 
-def test_force_submits_a_new_copy_without_asking_squeue(slurm_cli, clock, script, comment, slurm_output):
+def test_force_submits_a_new_copy_without_asking_squeue(slurm_cli, clock, script, comment, job_output):
     slurm_cli.answer(["sbatch"], out="1234\n")
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
 
     outcome = run_module({"script": script, "job_name": "train-ddp", "force": True})
 
@@ -254,13 +284,13 @@ def test_check_mode_predicts_with_test_only_and_submits_nothing(slurm_cli, clock
     assert slurm_cli.argvs == [SQUEUE, sbatch_argv(script, comment, "--nodes=2", mode="--test-only")]
     result = outcome.result
     assert (result["changed"], result["submitted"], result["job_id"], result["queries"]) == (True, False, None, 2)
-    assert result["test_only"] == {"job_id": 1234, "start": "2026-12-02T13:40:01", "processors": 16,
-                                   "nodes": ["node110", "node111"], "partition": "gpu_A6000", "cluster": None}
+    assert result["test_only"] == {"job_id": 20, "start": "2026-12-02T14:41:03", "processors": 2,
+                                   "nodes": ["rec1", "rec2"], "partition": "gpu", "cluster": None}
 
 
-def test_check_mode_with_an_identical_job_queued_is_unchanged(slurm_cli, clock, script, comment, slurm_output):
+def test_check_mode_with_an_identical_job_queued_is_unchanged(slurm_cli, clock, script, comment, job_output):
     slurm_cli.answer(SQUEUE, out=f"1234|train-ddp|PENDING|Resources||{comment}\n")
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_pending_resources.txt"))
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
 
     outcome = run_module({"script": script, "job_name": "train-ddp"}, check_mode=True)
 
@@ -274,14 +304,15 @@ def test_check_mode_fails_with_the_message_of_test_only(slurm_cli, clock, script
     slurm_cli.answer(["sbatch", "--test-only"], rc=1, err=slurm_output("sbatch_test_only_unsatisfiable.stderr"))
     outcome = run_module({"script": script, "job_name": "train-ddp", "sbatch_args": ["--nodes=9"]}, check_mode=True)
     assert outcome.failed is True
-    assert outcome.result["msg"] == ("sbatch --test-only failed (rc=1): sbatch: error: Batch job submission failed: "
+    # Slurm 22.05 says so without the "sbatch: error:" prefix of a refused submission.
+    assert outcome.result["msg"] == ("sbatch --test-only failed (rc=1): allocation failure: "
                                      "Requested node configuration is not available")
 
 
-def test_transient_error_is_retried_then_succeeds(slurm_cli, clock, slurm_output):
+def test_transient_error_is_retried_then_succeeds(slurm_cli, clock, job_output):
     slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
     slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
 
     outcome = run_module({"state": "query", "job_id": 1234})
 
@@ -300,12 +331,12 @@ def test_persistent_controller_outage_fails_after_the_retries(slurm_cli, clock):
     assert outcome.result["queries"] == 5
 
 
-def test_lost_sbatch_reply_is_not_submitted_twice(slurm_cli, clock, script, comment, slurm_output):
+def test_lost_sbatch_reply_is_not_submitted_twice(slurm_cli, clock, script, comment, job_output):
     # The controller queued the job but the reply timed out; squeue then shows it.
     slurm_cli.answer(SQUEUE)
     slurm_cli.answer(["sbatch"], 1, "", "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n")
     slurm_cli.answer(SQUEUE, out=f"1234|train-ddp|PENDING|Priority||{comment}\n")
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
 
     outcome = run_module({"script": script, "job_name": "train-ddp"})
 
@@ -313,13 +344,13 @@ def test_lost_sbatch_reply_is_not_submitted_twice(slurm_cli, clock, script, comm
     assert (outcome.result["submitted"], outcome.result["found_existing"], outcome.result["job_id"]) == (False, True, 1234)
 
 
-def test_sbatch_retried_when_the_controller_did_not_queue_it(slurm_cli, clock, script, slurm_output):
+def test_sbatch_retried_when_the_controller_did_not_queue_it(slurm_cli, clock, script, slurm_output, job_output):
     connect_failure = slurm_output("sbatch_connect_failure.stderr")
     slurm_cli.answer(SQUEUE)
     slurm_cli.answer(["sbatch"], 1, "", connect_failure)
     slurm_cli.answer(SQUEUE)
     slurm_cli.answer(["sbatch"], out="1234\n")
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
 
     outcome = run_module({"script": script, "job_name": "train-ddp"})
 
@@ -338,10 +369,10 @@ def test_sbatch_rejection_is_not_retried(slurm_cli, clock, script):
     assert (outcome.result["changed"], outcome.result["submitted"], outcome.result["job_id"]) == (False, False, None)
 
 
-def test_job_aged_out_of_scontrol_is_found_in_sacct(slurm_cli, clock, slurm_output):
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt"))
+def test_job_aged_out_of_scontrol_is_found_in_sacct(slurm_cli, clock, job_output, sacct_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
     slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
-    slurm_cli.answer(SACCT, out=slurm_output("sacct_requeued.txt"))
+    slurm_cli.answer(SACCT, out=sacct_output("sacct_completed.txt"))
 
     outcome = run_module({"job_id": 1234})
 
@@ -350,8 +381,24 @@ def test_job_aged_out_of_scontrol_is_found_in_sacct(slurm_cli, clock, slurm_outp
     result = outcome.result
     assert {key: result[key] for key in ("state", "state_source", "restarts", "nodes", "elapsed_seconds",
                                           "stdout_path", "exit_code", "submitted", "changed")} == {
-        "state": "COMPLETED", "state_source": "sacct", "restarts": 1, "nodes": ["node110", "node112"],
-        "elapsed_seconds": 3723, "stdout_path": None, "exit_code": 0, "submitted": False, "changed": False,
+        "state": "COMPLETED", "state_source": "sacct", "restarts": 0, "nodes": ["rec1", "rec2"],
+        "elapsed_seconds": 0, "stdout_path": None, "exit_code": 0, "submitted": False, "changed": False,
+    }
+
+
+def test_requeued_job_in_sacct_reports_its_last_run_and_restarts(slurm_cli, clock, sacct_output):
+    # Requeued once with 'scontrol requeue', run again, then cancelled: sacct -D prints both runs.
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    slurm_cli.answer(SACCT, out=sacct_output("sacct_requeued.txt"))
+
+    outcome = run_module({"state": "query", "job_id": 1234})
+
+    assert outcome.failed is False
+    result = outcome.result
+    assert {key: result[key] for key in ("state", "outcome", "final", "state_source", "restarts", "nodes",
+                                          "elapsed_seconds", "reason", "exit_code", "exit_signal")} == {
+        "state": "CANCELLED", "outcome": "cancelled", "final": True, "state_source": "sacct", "restarts": 1,
+        "nodes": ["rec1", "rec2"], "elapsed_seconds": 12, "reason": "BeginTime", "exit_code": 0, "exit_signal": 0,
     }
 
 
@@ -365,17 +412,17 @@ def test_unreachable_slurmdbd_is_asked_once_in_auto_mode(slurm_cli, clock, slurm
     assert outcome.result["msg"] == (
         "Slurm does not know job 1234: slurmctld does not list it (finished jobs are kept MinJobAge seconds) "
         "and sacct failed: sacct: error: slurm_persist_conn_open_without_init: failed to open persistent "
-        "connection to host:localhost:6819: Connection refused\nsacct: error: Sending PersistInit msg: "
+        "connection to host:10.86.0.1:46819: Connection refused\nsacct: error: Sending PersistInit msg: "
         "Connection refused\nsacct: error: Problem talking to the database: Connection refused"
     )
     assert clock.sleeps == []
 
 
-def test_accounting_yes_retries_slurmdbd(slurm_cli, clock, slurm_output):
+def test_accounting_yes_retries_slurmdbd(slurm_cli, clock, slurm_output, sacct_output):
     down = slurm_output("sacct_slurmdbd_down.stderr")
     slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
     slurm_cli.answer(SACCT, rc=1, err=down)
-    slurm_cli.answer(SACCT, out=slurm_output("sacct_failed.txt"))
+    slurm_cli.answer(SACCT, out=sacct_output("sacct_failed.txt"))
     outcome = run_module({"state": "query", "job_id": 1234, "accounting": True})  # YAML's `yes`
     assert (outcome.failed, outcome.result["state"], outcome.result["exit_code"]) == (False, "FAILED", 3)
     assert len(clock.sleeps) == 1
@@ -397,11 +444,11 @@ def test_job_unknown_everywhere(slurm_cli, clock):
     assert outcome.result["msg"].endswith("and accounting has no record of it")
 
 
-def test_absent_cancels_and_waits_until_final(slurm_cli, clock, slurm_output):
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt"))
+def test_absent_cancels_and_waits_until_final(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
     slurm_cli.answer(["scancel"])
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt").replace("JobState=RUNNING", "JobState=COMPLETING"))
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_cancelled.txt"))
+    slurm_cli.answer(SCONTROL, out=job_output("running").replace("JobState=RUNNING", "JobState=COMPLETING"))
+    slurm_cli.answer(SCONTROL, out=job_output("cancelled"))
 
     outcome = run_module({"state": "absent", "job_id": 1234})
 
@@ -410,15 +457,15 @@ def test_absent_cancels_and_waits_until_final(slurm_cli, clock, slurm_output):
     assert (outcome.result["changed"], outcome.result["state"], outcome.result["final"]) == (True, "CANCELLED", True)
 
 
-def test_absent_leaves_a_final_job_alone(slurm_cli, clock, slurm_output):
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+def test_absent_leaves_a_final_job_alone(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"state": "absent", "job_id": 1234})
     assert (outcome.failed, outcome.result["changed"], outcome.result["state"]) == (False, False, "COMPLETED")
     assert slurm_cli.argvs == [SCONTROL]
 
 
-def test_absent_in_check_mode_cancels_nothing(slurm_cli, clock, slurm_output):
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_pending_priority.txt"))
+def test_absent_in_check_mode_cancels_nothing(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("pending_priority"))
     outcome = run_module({"state": "absent", "job_id": 1234}, check_mode=True)
     assert (outcome.result["changed"], outcome.result["state"]) == (True, "PENDING")
     assert slurm_cli.argvs == [SCONTROL]
@@ -431,15 +478,15 @@ def test_absent_job_unknown_to_slurm_is_unchanged(slurm_cli, clock):
     assert (outcome.result["changed"], outcome.result["state"], outcome.result["final"]) == (False, None, True)
 
 
-def test_query_reports_a_failed_job_without_failing(slurm_cli, clock, slurm_output):
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_failed.txt"))
+def test_query_reports_a_failed_job_without_failing(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("failed"))
     outcome = run_module({"state": "query", "job_id": 1234})
     assert (outcome.failed, outcome.result["state"], outcome.result["exit_code"]) == (False, "FAILED", 3)
 
 
-def test_timeout_returns_the_current_state_without_failing(slurm_cli, clock, slurm_output):
+def test_timeout_returns_the_current_state_without_failing(slurm_cli, clock, job_output):
     for _ in range(4):
-        slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_pending_priority.txt"))
+        slurm_cli.answer(SCONTROL, out=job_output("pending_priority"))
 
     outcome = run_module({"job_id": 1234, "timeout": 5})
 
@@ -448,25 +495,40 @@ def test_timeout_returns_the_current_state_without_failing(slurm_cli, clock, slu
     assert (outcome.result["timed_out"], outcome.result["state"], outcome.result["final"]) == (True, "PENDING", False)
 
 
-def test_wait_false_looks_once_after_submitting(slurm_cli, clock, script, slurm_output):
+def test_wait_false_looks_once_after_submitting(slurm_cli, clock, script, slurm_output, job_output):
+    # sbatch --parsable -M rec prints "12;rec"; the job is then looked at once, as job 12.
     slurm_cli.answer(SQUEUE)
-    slurm_cli.answer(["sbatch"], out="1234;local\n")
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_requeued.txt"))
+    slurm_cli.answer(["sbatch"], out=slurm_output("sbatch_parsable_cluster.txt"))
+    # A requeued job, as scontrol shows it after its first run: PENDING (BeginTime) with Restarts=1.
+    slurm_cli.answer(["scontrol", "show", "job", "-o", "12"], out=job_output("requeued_pending", job_id=12))
     outcome = run_module({"script": script, "job_name": "train-ddp", "wait": False})
     result = outcome.result
-    assert (result["state"], result["outcome"], result["restarts"], result["final"]) == ("REQUEUED", "requeued", 1, False)
+    assert (result["job_id"], result["state"], result["outcome"], result["reason"], result["restarts"],
+            result["final"]) == (12, "PENDING", "waiting", "BeginTime", 1, False)
     assert clock.sleeps == []
 
 
-def test_environment_reaches_every_command_but_not_lc_all(slurm_cli, clock, slurm_output):
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+def test_requeued_job_is_followed_through_completing_and_pending(slurm_cli, clock, job_output):
+    # What scontrol showed of job 8 around "scontrol requeue 8": no REQUEUED state, Restarts=1 throughout;
+    # the end is the record of cancelled job 4 (job 8's own last record was not kept).
+    for state in ("running", "requeued_completing", "requeued_pending", "running_after_requeue"):
+        slurm_cli.answer(SCONTROL, out=job_output(state))
+    slurm_cli.answer(SCONTROL, out=job_output("cancelled"))
+    outcome = run_module({"job_id": 1234})
+    assert outcome.failed is True
+    assert outcome.result["msg"] == "Slurm job 1234 ended in state CANCELLED (exit code 0, signal 15, reason None)"
+    assert clock.sleeps == [1, 1, 1, 1]
+
+
+def test_environment_reaches_every_command_but_not_lc_all(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
     run_module({"state": "query", "job_id": 1234,
                 "environment": {"SLURM_CONF": "/srv/cluster/slurm.conf", "LC_ALL": "de_DE.UTF-8"}})
     assert slurm_cli.calls[0]["environ_update"] == {"SLURM_CONF": "/srv/cluster/slurm.conf", "LC_ALL": "C"}
 
 
-def test_unknown_state_fails_instead_of_passing(slurm_cli, clock, slurm_output):
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_running.txt").replace("JobState=RUNNING", "JobState=EXPLODED"))
+def test_unknown_state_fails_instead_of_passing(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running").replace("JobState=RUNNING", "JobState=EXPLODED"))
     outcome = run_module({"job_id": 1234})
     assert outcome.failed is True
     assert outcome.result["msg"].startswith("unknown Slurm job state 'EXPLODED'; known states: BOOT_FAIL,")
@@ -526,8 +588,8 @@ def test_documented_options_match_the_argument_spec():
         assert doc.get("elements") == spec.get("elements"), name
 
 
-def test_documented_return_values_are_what_the_module_returns(slurm_cli, clock, slurm_output):
-    slurm_cli.answer(SCONTROL, out=slurm_output("scontrol_show_job_completed.txt"))
+def test_documented_return_values_are_what_the_module_returns(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
     result = run_module({"state": "query", "job_id": 1234}).result
     documented = yaml.safe_load(slurm_job.RETURN)
     assert sorted(documented) == sorted(result)

@@ -258,11 +258,12 @@ def test_format_duration_rejects_negative():
 
 
 def test_parse_sbatch_parsable(slurm_output):
-    assert slurm.parse_sbatch_parsable(slurm_output("sbatch_parsable.txt")) == (1234, None)
+    assert slurm.parse_sbatch_parsable(slurm_output("sbatch_parsable.txt")) == (13, None)
 
 
 def test_parse_sbatch_parsable_with_cluster(slurm_output):
-    assert slurm.parse_sbatch_parsable(slurm_output("sbatch_parsable_cluster.txt") + "\n\n") == (1234, "local")
+    # sbatch --parsable -M rec prints JOBID;CLUSTER.
+    assert slurm.parse_sbatch_parsable(slurm_output("sbatch_parsable_cluster.txt") + "\n\n") == (12, "rec")
 
 
 @pytest.mark.parametrize("stdout", ["", "\n", "Submitted batch job 1234\n", "1234\n1235\n", "12a\n", "1234;\n"])
@@ -273,8 +274,8 @@ def test_parse_sbatch_parsable_rejects(stdout):
 
 def test_parse_sbatch_test_only(slurm_output):
     assert slurm.parse_sbatch_test_only(slurm_output("sbatch_test_only.stderr")) == {
-        "job_id": 1234, "start": "2026-12-02T13:40:01", "processors": 16,
-        "nodes": ["node110", "node111"], "partition": "gpu_A6000", "cluster": None,
+        "job_id": 20, "start": "2026-12-02T14:41:03", "processors": 2,
+        "nodes": ["rec1", "rec2"], "partition": "gpu", "cluster": None,
     }
 
 
@@ -291,88 +292,130 @@ def test_parse_sbatch_test_only_in_a_federation_among_warnings():
 
 
 def test_parse_sbatch_test_only_rejects_an_error(slurm_output):
+    # Slurm 22.05 prints "allocation failure: ...", without the "sbatch: error:" prefix.
+    stderr = slurm_output("sbatch_test_only_unsatisfiable.stderr")
+    assert stderr == "allocation failure: Requested node configuration is not available\n"
     with pytest.raises(slurm.SlurmParseError, match="Requested node configuration is not available"):
-        slurm.parse_sbatch_test_only(slurm_output("sbatch_test_only_unsatisfiable.stderr"))
+        slurm.parse_sbatch_test_only(stderr)
 
 
 # ---------------------------------------------------------------------------
 # scontrol show job -o
 # ---------------------------------------------------------------------------
 
-RUN_DIR = "/nas/runs/train-ddp"
+# The recordings' job directory on the local cluster's NAS (see fixtures/slurm/README.md).
+RUN_DIR = "/var/lib/ansible-slurm-train/rec/nas/runs/train-ddp"
 FINGERPRINT = "fingerprint:3f9a1c27d4e5b680"
-ALLOCATED = {"nodes": ["node110", "node111"], "batch_host": "node110"}
+BOTH = {"nodes": ["rec1", "rec2"], "batch_host": "rec1"}
 WAITING = {"nodes": [], "batch_host": None}
+OK = {"reason": None, "exit_code": 0, "exit_signal": 0}
+
+
+def recorded_job(job_id, *parts, **fields):
+    """Normalized view of a recorded job: what every recording of job ``job_id`` shares, then ``parts`` and ``fields``."""
+    merged = {}
+    for part in parts:
+        merged.update(part)
+    return {
+        "job_id": job_id, "name": "train-ddp", "partition": "gpu", "comment": FINGERPRINT, "restarts": 0,
+        "stdout_path": f"{RUN_DIR}/train-ddp-{job_id}.out", "stderr_path": f"{RUN_DIR}/train-ddp-{job_id}.out",
+        **merged, **fields,
+    }
 
 
 @pytest.mark.parametrize(("fixture", "expected"), [
     ("scontrol_show_job_pending_resources.txt",
-     dict(WAITING, state="PENDING", reason="Resources", exit_code=0, exit_signal=0, restarts=0, elapsed_seconds=0)),
+     recorded_job(7, WAITING, OK, state="PENDING", reason="Resources", elapsed_seconds=0)),
     ("scontrol_show_job_pending_priority.txt",
-     dict(WAITING, state="PENDING", reason="Priority", exit_code=0, exit_signal=0, restarts=0, elapsed_seconds=0)),
+     recorded_job(17, WAITING, OK, state="PENDING", reason="Priority", elapsed_seconds=0)),
     ("scontrol_show_job_pending_reqnodenotavail.txt",
-     dict(WAITING, state="PENDING", reason="ReqNodeNotAvail,_UnavailableNodes:node112", exit_code=0,
-          exit_signal=0, restarts=0, elapsed_seconds=0)),
+     recorded_job(18, WAITING, OK, state="PENDING", reason="ReqNodeNotAvail,_UnavailableNodes:rec2",
+                  elapsed_seconds=0)),
+    ("scontrol_show_job_pending_nodes_down.txt",
+     recorded_job(16, WAITING, OK, state="PENDING", elapsed_seconds=0,
+                  reason="Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions")),
+    ("scontrol_show_job_pending_begintime.txt",
+     recorded_job(5, WAITING, OK, state="PENDING", reason="BeginTime", elapsed_seconds=0)),
+    ("scontrol_show_job_pending_held.txt",
+     recorded_job(6, WAITING, OK, state="PENDING", reason="JobHeldAdmin", elapsed_seconds=0)),
     ("scontrol_show_job_running.txt",
-     dict(ALLOCATED, state="RUNNING", reason=None, exit_code=0, exit_signal=0, restarts=0, elapsed_seconds=754)),
+     recorded_job(4, BOTH, OK, state="RUNNING", elapsed_seconds=4)),
     ("scontrol_show_job_completed.txt",
-     dict(ALLOCATED, state="COMPLETED", reason=None, exit_code=0, exit_signal=0, restarts=0, elapsed_seconds=3723)),
+     recorded_job(2, BOTH, OK, state="COMPLETED", elapsed_seconds=0)),
     ("scontrol_show_job_failed.txt",
-     dict(ALLOCATED, state="FAILED", reason="NonZeroExitCode", exit_code=3, exit_signal=0, restarts=0,
-          elapsed_seconds=41)),
+     recorded_job(3, nodes=["rec2"], batch_host="rec2", state="FAILED", reason="NonZeroExitCode", exit_code=3,
+                  exit_signal=0, elapsed_seconds=0)),
     ("scontrol_show_job_cancelled.txt",
-     dict(ALLOCATED, state="CANCELLED", reason=None, exit_code=0, exit_signal=15, restarts=0, elapsed_seconds=190)),
+     recorded_job(4, BOTH, state="CANCELLED", reason=None, exit_code=0, exit_signal=15, elapsed_seconds=16)),
     ("scontrol_show_job_timeout.txt",
-     dict(ALLOCATED, state="TIMEOUT", reason="TimeLimit", exit_code=0, exit_signal=15, restarts=0,
-          elapsed_seconds=607)),
+     recorded_job(1, nodes=["rec1"], batch_host="rec1", state="TIMEOUT", reason="TimeLimit", exit_code=0,
+                  exit_signal=15, elapsed_seconds=73)),
     ("scontrol_show_job_node_fail.txt",
-     dict(ALLOCATED, state="NODE_FAIL", reason="NodeDown", exit_code=0, exit_signal=0, restarts=0,
-          elapsed_seconds=1511)),
-    ("scontrol_show_job_out_of_memory.txt",
-     dict(ALLOCATED, state="OUT_OF_MEMORY", reason="OutOfMemory", exit_code=0, exit_signal=125, restarts=0,
-          elapsed_seconds=242)),
-    ("scontrol_show_job_requeued.txt",
-     dict(WAITING, state="REQUEUED", reason="BeginTime", exit_code=0, exit_signal=0, restarts=1, elapsed_seconds=0)),
+     recorded_job(13, BOTH, state="NODE_FAIL", reason="NodeDown", exit_code=0, exit_signal=15,
+                  elapsed_seconds=34)),
+    # Right after 'scontrol requeue' the job shows COMPLETING (not REQUEUED), Restarts=1 and part of its nodes...
+    ("scontrol_show_job_requeued_completing.txt",
+     recorded_job(8, OK, nodes=["rec1"], batch_host="rec1", state="COMPLETING", restarts=1, elapsed_seconds=0)),
+    # ... then PENDING, held back by BeginTime for two minutes ...
+    ("scontrol_show_job_requeued_pending.txt",
+     recorded_job(8, WAITING, OK, state="PENDING", reason="BeginTime", restarts=1, elapsed_seconds=0)),
+    # ... then RUNNING again, started by the backfill scheduler.
     ("scontrol_show_job_running_after_requeue.txt",
-     dict(ALLOCATED, state="RUNNING", reason=None, exit_code=0, exit_signal=0, restarts=1, elapsed_seconds=90)),
+     recorded_job(8, BOTH, OK, state="RUNNING", restarts=1, elapsed_seconds=2)),
 ])
 def test_parse_scontrol_job_normalizes(slurm_output, fixture, expected):
     job = slurm.parse_scontrol_job(slurm_output(fixture))
-    common = {
-        "job_id": 1234, "name": "train-ddp", "partition": "gpu_A6000", "comment": FINGERPRINT,
-        "stdout_path": f"{RUN_DIR}/train-ddp-1234.out", "stderr_path": f"{RUN_DIR}/train-ddp-1234.out",
+    assert {key: job[key] for key in slurm.NORMALIZED_JOB_KEYS} == expected
+
+
+def test_parse_scontrol_job_out_of_memory(slurm_output):
+    # Hand-written: the local cluster has no memory enforcement (TaskPlugin=task/none), so it cannot record one.
+    job = slurm.parse_scontrol_job(slurm_output("scontrol_show_job_out_of_memory.txt"))
+    assert {key: job[key] for key in ("job_id", "state", "reason", "exit_code", "exit_signal", "elapsed_seconds",
+                                       "nodes", "batch_host")} == {
+        "job_id": 1234, "state": "OUT_OF_MEMORY", "reason": "OutOfMemory", "exit_code": 0, "exit_signal": 125,
+        "elapsed_seconds": 242, "nodes": ["node110", "node111"], "batch_host": "node110",
     }
-    assert {key: job[key] for key in slurm.NORMALIZED_JOB_KEYS} == {**common, **expected}
 
 
 def test_parse_scontrol_job_keeps_every_raw_field(slurm_output):
     line = slurm_output("scontrol_show_job_running.txt")
     job = slurm.parse_scontrol_job(line)
     raw = {key: value for key, value in job.items() if key not in slurm.NORMALIZED_JOB_KEYS}
-    # No value in this record holds a space, so splitting on spaces finds every key.
+    # Only Command holds a space here ("job.sbatch 300"), and its second word has no '=' in it,
+    # so the tokens with '=' name every key.
     assert sorted(raw) == sorted(token.split("=")[0] for token in line.split() if "=" in token)
     assert len(raw) == 62
-    assert raw["JobId"] == "1234"
-    assert raw["UserId"] == "alice(1000)"
-    assert raw["AllocNode:Sid"] == "head:4242"
-    assert raw["TRES"] == "cpu=16,mem=64G,node=2,billing=16,gres/gpu=4"
+    assert raw["JobId"] == "4"
+    assert raw["UserId"] == "root(0)"
+    assert raw["AllocNode:Sid"] == "localhost:21139"
+    assert raw["TRES"] == "cpu=2,node=2,billing=2,gres/gpu=4"
     assert raw["ReqB:S:C:T"] == "0:0:*:*"
-    assert raw["CPUs/Task"] == "8"
+    assert raw["CPUs/Task"] == "1"
     assert raw["Comment"] == FINGERPRINT  # without the extra space Slurm prints after it
     assert raw["Power"] == ""
     assert raw["TresPerNode"] == "gres:gpu:2"
-    assert raw["Command"] == f"{RUN_DIR}/train-ddp.sbatch"
+    assert raw["Command"] == f"{RUN_DIR}/job.sbatch 300"
+    assert raw["EndTime"] == "Unknown"
+
+
+def test_parse_scontrol_job_after_backfill_has_a_day_time_limit(slurm_output):
+    job = slurm.parse_scontrol_job(slurm_output("scontrol_show_job_running_after_requeue.txt"))
+    assert (job["TimeLimit"], slurm.parse_duration(job["TimeLimit"]), job["Scheduler"]) == (
+        "365-00:00:00", 365 * 86400, "Backfill")
 
 
 def test_parse_scontrol_job_values_with_spaces_and_equals_signs(slurm_output):
     job = slurm.parse_scontrol_job(slurm_output("scontrol_show_job_spaces.txt"))
-    assert job["WorkDir"] == "/nas/my runs/train ddp"
-    assert job["Command"] == "/nas/my runs/train ddp/train-ddp.sbatch"
+    spaced_dir = "/var/lib/ansible-slurm-train/rec/nas/my runs/train ddp"
+    assert job["WorkDir"] == spaced_dir
+    assert job["Command"] == f"{spaced_dir}/train-ddp.sbatch 2"
     assert job["comment"] == "fingerprint:0123456789abcdef note: Partition=debug was full, Retry=3"
-    assert job["Partition"] == job["partition"] == "gpu_A6000"
+    assert job["Partition"] == job["partition"] == "gpu"
     assert "Retry" not in job
-    assert job["stdout_path"] == "/nas/my runs/train ddp/train-ddp-1240.out"
-    assert job["job_id"] == 1240
+    assert job["stdout_path"] == f"{spaced_dir}/train-ddp-14.out"
+    assert job["ReqNodeList"] == "rec1"
+    assert job["job_id"] == 14
 
 
 @pytest.mark.parametrize("node_list", ["", "(null)"])
@@ -388,9 +431,10 @@ def test_parse_scontrol_job_takes_keys_of_later_slurm_versions():
     assert (job["NewKey"], job["Command"], job["elapsed_seconds"]) == ("abc", "/x y", 1)
 
 
-def test_parse_scontrol_job_without_comment_or_batch_host(slurm_output):
+def test_parse_scontrol_job_without_comment(slurm_output):
+    # Submitted without --comment: scontrol leaves the key out altogether.
     job = slurm.parse_scontrol_job(slurm_output("scontrol_show_job_no_comment.txt"))
-    assert (job["comment"], "Comment" in job) == (None, False)
+    assert (job["comment"], "Comment" in job, job["job_id"], job["state"]) == (None, False, 15, "COMPLETED")
 
 
 def test_parse_scontrol_job_not_found(slurm_output):
@@ -415,9 +459,9 @@ def test_parse_scontrol_job_rejects_garbage(stdout, message):
 
 def test_parse_scontrol_job_refuses_several_records(slurm_output):
     two = slurm_output("scontrol_show_job_running.txt") + slurm_output("scontrol_show_job_spaces.txt")
-    with pytest.raises(slurm.SlurmParseError, match=r"expected one job record, got 2 \(job ids \[1234, 1240\]\)"):
+    with pytest.raises(slurm.SlurmParseError, match=r"expected one job record, got 2 \(job ids \[4, 14\]\)"):
         slurm.parse_scontrol_job(two)
-    assert [job["job_id"] for job in slurm.parse_scontrol_jobs(two)] == [1234, 1240]
+    assert [job["job_id"] for job in slurm.parse_scontrol_jobs(two)] == [4, 14]
 
 
 # ---------------------------------------------------------------------------
@@ -426,42 +470,57 @@ def test_parse_scontrol_job_refuses_several_records(slurm_output):
 
 
 def test_parse_sacct_requeued_job(slurm_output):
+    # Job 8: requeued with 'scontrol requeue' after 2 s, run again, then cancelled.
     runs, summary = slurm.parse_sacct(slurm_output("sacct_requeued.txt"))
     assert runs == [
-        {"job_id": 1234, "name": "train-ddp", "state": "NODE_FAIL", "reason": None, "exit_code": 0,
-         "exit_signal": 0, "nodes": ["node110", "node111"], "elapsed_seconds": 1511,
-         "start": "2026-12-02T13:40:02", "end": "2026-12-02T14:05:13", "comment": FINGERPRINT},
-        {"job_id": 1234, "name": "train-ddp", "state": "COMPLETED", "reason": None, "exit_code": 0,
-         "exit_signal": 0, "nodes": ["node110", "node112"], "elapsed_seconds": 3723,
-         "start": "2026-12-02T14:07:15", "end": "2026-12-02T15:09:18", "comment": FINGERPRINT},
+        {"job_id": 8, "name": "train-ddp", "state": "REQUEUED", "reason": None, "exit_code": 0,
+         "exit_signal": 0, "nodes": ["rec1", "rec2"], "elapsed_seconds": 2,
+         "start": "2026-12-02T14:37:00", "end": "2026-12-02T14:37:02", "comment": None},
+        {"job_id": 8, "name": "train-ddp", "state": "CANCELLED", "reason": "BeginTime", "exit_code": 0,
+         "exit_signal": 0, "nodes": ["rec1", "rec2"], "elapsed_seconds": 12,
+         "start": "2026-12-02T14:39:31", "end": "2026-12-02T14:39:43", "comment": None},
     ]
     assert summary == {
-        "job_id": 1234, "name": "train-ddp", "state": "COMPLETED", "reason": None, "exit_code": 0,
-        "exit_signal": 0, "restarts": 1, "nodes": ["node110", "node112"], "batch_host": None,
-        "elapsed_seconds": 3723, "stdout_path": None, "stderr_path": None, "partition": None,
-        "comment": FINGERPRINT,
+        "job_id": 8, "name": "train-ddp", "state": "CANCELLED", "reason": "BeginTime", "exit_code": 0,
+        "exit_signal": 0, "restarts": 1, "nodes": ["rec1", "rec2"], "batch_host": None,
+        "elapsed_seconds": 12, "stdout_path": None, "stderr_path": None, "partition": None,
+        "comment": None,
     }
 
 
 @pytest.mark.parametrize(("fixture", "expected"), [
-    ("sacct_failed.txt", {"state": "FAILED", "exit_code": 3, "exit_signal": 0, "restarts": 0, "nodes": ["node110", "node111"]}),
-    ("sacct_cancelled_by_user.txt", {"state": "CANCELLED", "exit_code": 0, "exit_signal": 15, "restarts": 0,
-                                     "nodes": ["node110", "node111"]}),
-    ("sacct_pending.txt", {"state": "PENDING", "exit_code": 0, "exit_signal": 0, "restarts": 0, "nodes": []}),
-    ("sacct_running.txt", {"state": "RUNNING", "exit_code": 0, "exit_signal": 0, "restarts": 0,
-                           "nodes": ["node110", "node111"]}),
+    ("sacct_completed.txt", {"job_id": 2, "state": "COMPLETED", "exit_code": 0, "exit_signal": 0, "restarts": 0,
+                             "nodes": ["rec1", "rec2"], "elapsed_seconds": 0}),
+    ("sacct_failed.txt", {"job_id": 3, "state": "FAILED", "exit_code": 3, "exit_signal": 0, "restarts": 0,
+                          "nodes": ["rec2"], "elapsed_seconds": 0}),
+    # sacct says 0:0 where scontrol says ExitCode=0:15 for the same cancelled, timed-out or failed-node job.
+    ("sacct_cancelled.txt", {"job_id": 4, "state": "CANCELLED", "exit_code": 0, "exit_signal": 0, "restarts": 0,
+                             "nodes": ["rec1", "rec2"], "elapsed_seconds": 16}),
+    ("sacct_timeout.txt", {"job_id": 1, "state": "TIMEOUT", "exit_code": 0, "exit_signal": 0, "restarts": 0,
+                           "nodes": ["rec1"], "elapsed_seconds": 73}),
+    ("sacct_node_fail.txt", {"job_id": 13, "state": "NODE_FAIL", "exit_code": 0, "exit_signal": 0, "restarts": 0,
+                             "nodes": ["rec1", "rec2"], "elapsed_seconds": 34}),
+    ("sacct_pending_resources.txt", {"job_id": 7, "state": "PENDING", "reason": None, "restarts": 0, "nodes": []}),
+    ("sacct_pending_held.txt", {"job_id": 6, "state": "PENDING", "reason": None, "restarts": 0, "nodes": []}),
+    ("sacct_pending_begintime.txt", {"job_id": 5, "state": "PENDING", "reason": "BeginTime", "restarts": 0,
+                                     "nodes": []}),
+    ("sacct_running.txt", {"job_id": 4, "state": "RUNNING", "exit_code": 0, "exit_signal": 0, "restarts": 0,
+                           "nodes": ["rec1", "rec2"], "elapsed_seconds": 11}),
 ])
 def test_parse_sacct_summary(slurm_output, fixture, expected):
     summary = slurm.parse_sacct(slurm_output(fixture))[1]
     assert {key: summary[key] for key in expected} == expected
     assert tuple(summary) == slurm.NORMALIZED_JOB_KEYS
+    # slurmdbd keeps no job comments unless AccountingStoreFlags=job_comment: the field is empty.
+    assert summary["comment"] is None
 
 
 def test_parse_sacct_pending_and_running_fields(slurm_output):
-    pending = slurm.parse_sacct(slurm_output("sacct_pending.txt"))[0][0]
+    pending = slurm.parse_sacct(slurm_output("sacct_pending_begintime.txt"))[0][0]
     running = slurm.parse_sacct(slurm_output("sacct_running.txt"))[0][0]
-    assert (pending["reason"], pending["start"], pending["end"], pending["job_id"]) == ("Resources", None, None, 1235)
-    assert (running["end"], running["comment"], running["elapsed_seconds"]) == (None, None, 754)
+    assert (pending["reason"], pending["start"], pending["end"], pending["job_id"]) == ("BeginTime", None, None, 5)
+    assert (running["start"], running["end"], running["comment"], running["elapsed_seconds"]) == (
+        "2026-12-02T14:36:30", None, None, 11)
 
 
 def test_parse_sacct_keeps_pipes_in_the_comment():
@@ -471,6 +530,7 @@ def test_parse_sacct_keeps_pipes_in_the_comment():
 
 def test_parse_sacct_knows_no_run():
     assert slurm.parse_sacct("\n") == ([], None)
+    assert slurm.parse_sacct("") == ([], None)  # what sacct -j prints for a job id it never saw
 
 
 @pytest.mark.parametrize(("stdout", "message"), [
@@ -489,15 +549,31 @@ def test_parse_sacct_rejects_garbage(stdout, message):
 
 
 def test_parse_squeue(slurm_output):
+    # squeue lists pending jobs first, by priority, then running ones.
     assert slurm.parse_squeue(slurm_output("squeue_train_ddp.txt")) == [
-        {"job_id": 1234, "name": "train-ddp", "state": "RUNNING", "reason": None,
-         "nodes": ["node110", "node111"], "comment": FINGERPRINT},
-        {"job_id": 1235, "name": "train-ddp", "state": "PENDING", "reason": "Resources", "nodes": [],
+        {"job_id": 5, "name": "train-ddp", "state": "PENDING", "reason": "BeginTime", "nodes": [],
          "comment": FINGERPRINT},
-        {"job_id": 1236, "name": "train-ddp", "state": "PENDING", "reason": "Priority", "nodes": [], "comment": None},
-        {"job_id": 1237, "name": "train-ddp", "state": "COMPLETING", "reason": None, "nodes": ["node112"],
-         "comment": "fingerprint:aaaaaaaaaaaaaaaa"},
+        {"job_id": 7, "name": "train-ddp", "state": "PENDING", "reason": "Resources", "nodes": [],
+         "comment": FINGERPRINT},
+        {"job_id": 6, "name": "train-ddp", "state": "PENDING", "reason": "JobHeldAdmin", "nodes": [],
+         "comment": FINGERPRINT},
+        {"job_id": 1, "name": "train-ddp", "state": "RUNNING", "reason": None, "nodes": ["rec1"],
+         "comment": FINGERPRINT},
+        {"job_id": 4, "name": "train-ddp", "state": "RUNNING", "reason": None, "nodes": ["rec1", "rec2"],
+         "comment": FINGERPRINT},
     ]
+
+
+def test_parse_squeue_spells_reasons_as_scontrol_does(slurm_output):
+    # squeue prints "ReqNodeNotAvail, UnavailableNodes:rec2"; scontrol the same with '_' for each space.
+    text = slurm_output("squeue_pending_reasons.txt")
+    assert "|ReqNodeNotAvail, UnavailableNodes:rec2|" in text
+    reasons = {job["job_id"]: job["reason"] for job in slurm.parse_squeue(text)}
+    assert reasons == {5: "BeginTime", 16: slurm.parse_scontrol_job(slurm_output(
+        "scontrol_show_job_pending_nodes_down.txt"))["reason"], 17: "Priority",
+        18: "ReqNodeNotAvail,_UnavailableNodes:rec2", 6: "JobHeldAdmin", 8: None}
+    assert reasons[16] == "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions"
+    assert reasons[18] == slurm.parse_scontrol_job(slurm_output("scontrol_show_job_pending_reqnodenotavail.txt"))["reason"]
 
 
 def test_parse_squeue_array_job_ids_stay_text():
@@ -511,18 +587,28 @@ def test_parse_squeue_rejects_garbage(stdout):
         slurm.parse_squeue(stdout)
 
 
-def test_parse_sinfo_nodes(slurm_output):
-    assert slurm.parse_sinfo_nodes(slurm_output("sinfo_nodes.txt")) == {
-        "node110": {"partitions": ["gpu_A6000", "debug"], "state": "mixed", "markers": "", "cpus": 32,
-                    "gres": "gpu:a6000:4"},
-        "node111": {"partitions": ["gpu_A6000"], "state": "allocated", "markers": "", "cpus": 32,
-                    "gres": "gpu:a6000:4"},
-        "node112": {"partitions": ["gpu_A6000"], "state": "drained", "markers": "*", "cpus": 32,
-                    "gres": "gpu:a6000:4"},
-        "node113": {"partitions": ["gpu_A6000"], "state": "idle", "markers": "~", "cpus": 32,
-                    "gres": "gpu:a6000:4"},
-        "cpu01": {"partitions": ["cpu"], "state": "down", "markers": "*", "cpus": 64, "gres": None},
-        "cpu02": {"partitions": ["cpu"], "state": "draining", "markers": "@", "cpus": 64, "gres": None},
+def sinfo_node(state, markers=""):
+    return {"partitions": ["gpu"], "state": state, "markers": markers, "cpus": 2, "gres": "gpu:2"}
+
+
+@pytest.mark.parametrize(("fixture", "rec1", "rec2"), [
+    ("sinfo_nodes_busy.txt", sinfo_node("allocated"), sinfo_node("mixed")),
+    ("sinfo_nodes_drained.txt", sinfo_node("mixed"), sinfo_node("drained")),
+    ("sinfo_nodes_resumed.txt", sinfo_node("mixed"), sinfo_node("idle")),
+    ("sinfo_nodes_draining.txt", sinfo_node("mixed"), sinfo_node("draining")),
+    ("sinfo_nodes_not_responding.txt", sinfo_node("mixed"), sinfo_node("mixed", "*")),
+    ("sinfo_nodes_down.txt", sinfo_node("idle"), sinfo_node("down", "*")),
+])
+def test_parse_sinfo_nodes(slurm_output, fixture, rec1, rec2):
+    assert slurm.parse_sinfo_nodes(slurm_output(fixture)) == {"rec1": rec1, "rec2": rec2}
+
+
+def test_parse_sinfo_lists_every_partition_of_a_node():
+    # sinfo -N prints a node once per partition (the local cluster has one partition, so this is typed).
+    stdout = "rec1|gpu*|mixed|2|gpu:2\nrec1|debug|mixed|2|gpu:2\ncpu01|cpu|idle|64|(null)\n"
+    assert slurm.parse_sinfo_nodes(stdout) == {
+        "rec1": {"partitions": ["gpu", "debug"], "state": "mixed", "markers": "", "cpus": 2, "gres": "gpu:2"},
+        "cpu01": {"partitions": ["cpu"], "state": "idle", "markers": "", "cpus": 64, "gres": None},
     }
 
 

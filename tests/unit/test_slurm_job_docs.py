@@ -1,0 +1,17 @@
+"""Every Slurm job state is documented in slurm_job's DOCUMENTATION with the outcome the
+module gives it, so a user can read what a launch does in each."""
+
+import pytest
+import yaml
+
+import slurm
+import slurm_job
+
+NOTES = yaml.safe_load(slurm_job.DOCUMENTATION)["notes"]
+
+
+@pytest.mark.parametrize("state", sorted(slurm.JOB_STATES))
+def test_each_state_is_documented_with_its_outcome(state):
+    info = slurm.JOB_STATES[state]
+    kind = "final, success" if info.success else ("final, failure" if info.final else "not final, followed on")
+    assert f"C({state}): RV(outcome={info.outcome}), {kind}; {info.description}." in NOTES
