@@ -1,6 +1,7 @@
 """Clusters of their own: other names, counts and partitions, accounting, a clean `down`,
 and bad input refused before anything is made."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -75,91 +76,30 @@ def test_three_node_inventory_with_accounting_builds_that_cluster_and_down_remov
     assert status(inventory)["up"] is False
 
 
+def one_partition(hosts, group_vars=None):
+    """hosts.yml of one partition `part` holding `hosts` (name -> host vars), as JSON (which is YAML)."""
+    part = {"hosts": hosts, **({"vars": group_vars} if group_vars else {})}
+    return json.dumps({"all": {"children": {"compute": {"children": {"part": part}}}}})
+
+
+N1 = {"n1": {"ansible_host": "10.79.0.5"}}
+
 BAD_INVENTORIES = {
-    "duplicate address": ("""\
-        all:
-          children:
-            compute:
-              children:
-                part:
-                  hosts:
-                    n1: {ansible_host: 10.79.0.5}
-                    n2: {ansible_host: 10.79.0.5}
-        """, {}, "hosts n1 and n2 have the same ansible_host 10.79.0.5"),
-    "host without ansible_host": ("""\
-        all:
-          children:
-            compute:
-              children:
-                part:
-                  hosts:
-                    n1: {ansible_host: 10.79.0.5}
-                    n2:
-        """, {}, "host n2 has no ansible_host"),
-    "unknown value of a group var": ("""\
-        all:
-          children:
-            compute:
-              children:
-                part:
-                  hosts:
-                    n1: {ansible_host: 10.79.0.5}
-                  vars: {cluster_node_gpus: eight}
-        """, {}, "n1: cluster_node_gpus='eight' is not an integer"),
-    "negative count": ("""\
-        all:
-          children:
-            compute:
-              children:
-                part:
-                  hosts:
-                    n1: {ansible_host: 10.79.0.5}
-                  vars: {cluster_node_cpus: -4}
-        """, {}, "n1: cluster_node_cpus=-4 is out of range"),
-    "misspelt group var": ("""\
-        all:
-          children:
-            compute:
-              children:
-                part:
-                  hosts:
-                    n1: {ansible_host: 10.79.0.5}
-                  vars: {cluster_node_gpu: 8}
-        """, {}, "host n1: unknown variable cluster_node_gpu"),
-    "address outside the network": ("""\
-        all:
-          children:
-            compute:
-              children:
-                part:
-                  hosts:
-                    n1: {ansible_host: 192.168.200.5}
-        """, {}, "ansible_host 192.168.200.5 is not a host address of local_cluster_network 10.79.0.0/24"),
-    "node name with shell metacharacters": ("""\
-        all:
-          children:
-            compute:
-              children:
-                part:
-                  hosts:
-                    "n1;reboot": {ansible_host: 10.79.0.5}
-        """, {}, "host 'n1;reboot': a node name must be a host name"),
-    "node outside any partition": ("""\
-        all:
-          children:
-            compute:
-              hosts:
-                n1: {ansible_host: 10.79.0.5}
-        """, {}, "hosts n1 sit directly in 'compute'"),
-    "state dir with ..": ("""\
-        all:
-          children:
-            compute:
-              children:
-                part:
-                  hosts:
-                    n1: {ansible_host: 10.79.0.5}
-        """, {"local_cluster_state_dir": "/var/lib/../../etc"}, "without '..'"),
+    "duplicate address": (one_partition({**N1, "n2": {"ansible_host": "10.79.0.5"}}), {},
+                          "hosts n1 and n2 have the same ansible_host 10.79.0.5"),
+    "host without ansible_host": (one_partition({**N1, "n2": None}), {}, "host n2 has no ansible_host"),
+    "unknown value of a group var": (one_partition(N1, {"cluster_node_gpus": "eight"}), {},
+                                     "n1: cluster_node_gpus='eight' is not an integer"),
+    "negative count": (one_partition(N1, {"cluster_node_cpus": -4}), {}, "n1: cluster_node_cpus=-4 is out of range"),
+    "misspelt group var": (one_partition(N1, {"cluster_node_gpu": 8}), {}, "host n1: unknown variable cluster_node_gpu"),
+    "address outside the network": (one_partition({"n1": {"ansible_host": "192.168.200.5"}}), {},
+                                    "ansible_host 192.168.200.5 is not a host address of local_cluster_network "
+                                    "10.79.0.0/24"),
+    "node name with shell metacharacters": (one_partition({"n1;reboot": {"ansible_host": "10.79.0.5"}}), {},
+                                            "host 'n1;reboot': a node name must be a host name"),
+    "node outside any partition": (json.dumps({"all": {"children": {"compute": {"hosts": N1}}}}), {},
+                                   "hosts n1 sit directly in 'compute'"),
+    "state dir with ..": (one_partition(N1), {"local_cluster_state_dir": "/var/lib/../../etc"}, "without '..'"),
 }
 
 
