@@ -15,9 +15,11 @@ def unique_job_name(prefix):
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def launch(outputs_dir, *extra_vars, inventory=None, timeout=600):
+def launch(outputs_dir, *extra_vars, inventory=None, check=False, timeout=600):
     """ansible-playbook launch.yml -e K=V ...; returns the finished process."""
     argv = ["ansible-playbook", "launch.yml", "-e", f"slurm_launch_outputs_dir={outputs_dir}"]
+    if check:
+        argv.append("--check")
     if inventory:
         argv += ["-i", str(inventory)]
     for item in extra_vars:

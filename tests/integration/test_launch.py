@@ -84,6 +84,17 @@ def test_no_wait_then_rerun_finds_the_job_and_job_id_collects_it(cluster, tmp_pa
     assert next_job_id(cluster) == job_id + 1, "the rerun submitted no second copy"
 
 
+def test_check_mode_asks_slurm_for_a_prediction_and_changes_nothing(cluster, tmp_path):
+    name = unique_job_name("check")
+    proc = launch(tmp_path, "nodes=node110,node111", f"script={TRAINER}", f"job_name={name}", check=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Slurm would start the job at " in proc.stdout and " on node110,node111 in partition gpu_A6000" in proc.stdout
+    # sbatch --test-only uses up a job id (seen on Slurm 22.05), but queues no job.
+    assert cluster.slurm("squeue", "-h", "-n", name).stdout == ""
+    assert not (cluster.nas / "jobs" / name).exists(), "nothing is written on the NAS"
+    assert not list(Path(tmp_path).iterdir()), "no outputs"
+
+
 BAD_REQUESTS = {
     "unknown node": (["nodes=node110,node999"], "Not compute nodes of the inventory: node999"),
     "zero nodes": (["group=gpu_A6000", "num_nodes=0"], "num_nodes=0 is not allowed"),
