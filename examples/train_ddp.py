@@ -232,4 +232,11 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    # With gloo, torch 2.13 sometimes aborts (SIGABRT, "terminate called without an active
+    # exception") while the interpreter shuts down, after destroy_process_group() returned on
+    # every rank: about 1 run in 35 of 4 ranks, turning a finished training into a failed job.
+    # Everything is saved and flushed by now, so skip the interpreter's teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
