@@ -116,6 +116,13 @@ options:
         still found by the regular polls. A marker that is already there when following starts
         (a requeued job) counts only once it changes.
     type: str
+  controller_timeout:
+    description:
+      - While following, how many seconds in a row slurmctld may fail to answer (restart,
+        failover, overload) before the module gives up. The job runs on meanwhile; every answer
+        that comes back in time is reported in RV(controller_outage_seconds) and a warning.
+    type: int
+    default: 600
   environment:
     description:
       - Variables for the Slurm commands, for example C(SLURM_CONF). C(LC_ALL) is always C(C), so
@@ -305,6 +312,11 @@ changed:
   returned: always
   type: bool
   sample: true
+controller_outage_seconds:
+  description: Seconds the module waited, while following, for a slurmctld that did not answer.
+  returned: always
+  type: float
+  sample: 0
 queries:
   description: How many Slurm commands the module ran, retries included.
   returned: always
@@ -392,6 +404,7 @@ ARGUMENT_SPEC = {
     "log_tail_lines": {"type": "int", "default": 40},
     "environment": {"type": "dict", "default": {}},
     "end_marker": {"type": "str"},
+    "controller_timeout": {"type": "int", "default": 600},
 }
 
 # Options the module sets itself, or that would break following one job.
@@ -411,6 +424,8 @@ JOB_KEYS = (
 LOG_READ_BLOCK = 64 * 1024
 # How often the end marker is looked for: a stat of a local or NAS file, no controller RPC.
 MARKER_CHECK_INTERVAL = 0.2
+# Longest pause between two tries to reach a controller that does not answer while following.
+CONTROLLER_RETRY_MAX_DELAY = 15.0
 # After the marker, Slurm is asked this many times at that pace before the regular schedule.
 MARKER_QUICK_POLLS = 10
 
@@ -453,6 +468,7 @@ class SlurmCommandError(Exception):
 
     def __init__(self, command, rc, stderr):
         super().__init__(f"{command} failed (rc={rc}): {stderr.strip() or 'no message'}")
+        self.transient = is_transient_error(rc, stderr)
 
 
 class SlurmClient:
@@ -466,10 +482,21 @@ class SlurmClient:
         # LC_ALL last: the parsers expect the C locale whatever the user sets.
         self.environ = {name: str(value) for name, value in module.params["environment"].items()}
         self.environ["LC_ALL"] = "C"
+        self.unanswered_since = None
+        self.outages = []  # seconds, one entry per outage that ended
 
     def run_once(self, argv, cwd=None):
         self.queries += 1
-        return self.module.run_command(argv, cwd=cwd, environ_update=self.environ, expand_user_and_vars=False)
+        started = time.monotonic()
+        rc, out, err = self.module.run_command(argv, cwd=cwd, environ_update=self.environ,
+                                               expand_user_and_vars=False)
+        # How long Slurm did not answer: from the first failed try to the next answer.
+        if is_transient_error(rc, err):
+            self.unanswered_since = self.unanswered_since or started
+        elif self.unanswered_since is not None:
+            self.outages.append(time.monotonic() - self.unanswered_since)
+            self.unanswered_since = None
+        return rc, out, err
 
     def run(self, argv, cwd=None):
         return retry_command(lambda args: self.run_once(args, cwd=cwd), argv, sleep=time.sleep)
@@ -610,7 +637,7 @@ class SlurmJobRunner:
         self.result.update(
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
-            nodes=[], log_tail=[],
+            nodes=[], log_tail=[], controller_outage_seconds=0,
         )
 
     def finish(self, msg=None):
@@ -635,7 +662,7 @@ class SlurmJobRunner:
         deadline = time.monotonic() + timeout if timeout else None
         schedule = PollSchedule(self.params["poll_min"], self.params["poll_max"])
         marker = EndMarker(self.params["end_marker"], job_id)
-        job = self.slurm.find_job(job_id)
+        job = self.find_job_patiently(job_id)
         schedule.observe(job["state"])
         while not job_state(job["state"]).final:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -648,9 +675,36 @@ class SlurmJobRunner:
             else:
                 interval = next(schedule)
                 marker.wait(interval if remaining is None else min(interval, remaining))
-            job = self.slurm.find_job(job_id)
+            job = self.find_job_patiently(job_id)
             schedule.observe(job["state"])
         return self.record(job)
+
+    def find_job_patiently(self, job_id):
+        """The job's record; a controller that does not answer (restart, failover) is waited for.
+
+        A followed job runs on without slurmctld, so an outage shorter than controller_timeout
+        only delays the answer.
+        """
+        delays = backoff_delays(base_delay=1.0, max_delay=CONTROLLER_RETRY_MAX_DELAY)
+        while True:
+            try:
+                job = self.slurm.find_job(job_id)
+            except SlurmCommandError as error:
+                since = self.slurm.unanswered_since
+                if not error.transient or since is None:
+                    raise
+                if time.monotonic() - since >= self.params["controller_timeout"]:
+                    raise SlurmCommandError(
+                        "scontrol show job", "-", f"slurmctld did not answer for {time.monotonic() - since:.0f} s "
+                        f"(controller_timeout={self.params['controller_timeout']}): {error}") from None
+                time.sleep(next(delays))
+                continue
+            for waited in self.slurm.outages:
+                self.result["controller_outage_seconds"] += round(waited, 1)
+                self.module.warn(f"slurmctld did not answer for {waited:.0f} s while job {job_id} was followed; "
+                                 "it answers again and the job was found")
+            self.slurm.outages.clear()
+            return job
 
     def watch(self, job_id):
         """Follow the job when asked to (and not in check mode), else look once."""
@@ -733,6 +787,8 @@ def validate(module):
         return f"poll_min/poll_max: {error}"
     if params["timeout"] < 0:
         return f"timeout must be 0 (no limit) or a number of seconds, got {params['timeout']}"
+    if params["controller_timeout"] < 0:
+        return f"controller_timeout must be 0 or more seconds, got {params['controller_timeout']}"
     if params["log_tail_lines"] < 0:
         return f"log_tail_lines must not be negative, got {params['log_tail_lines']}"
     if params["chdir"] is not None and not os.path.isdir(params["chdir"]):

@@ -105,6 +105,7 @@ from ansible.module_utils.slurm import (
     is_transient_error,
     parse_sinfo_nodes,
     retry_command,
+    validate_node_name,
 )
 
 
@@ -116,6 +117,7 @@ def requested_names(nodes):
         if not isinstance(item, str):
             raise ValueError(f"invalid node list item {item!r}: give node names or Slurm hostlists")
         for name in expand_hostlist(item) if item.strip() else []:
+            validate_node_name(name)  # node..1 and -x expand, yet are no host names
             if name not in names:
                 names.append(name)
     return names

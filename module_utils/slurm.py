@@ -41,10 +41,11 @@ class UnknownJobState(ValueError):
 # ---------------------------------------------------------------------------
 
 NODE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-JOB_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+# Not "." or "..": a job name is also a directory name (<jobs_dir>/<job_name>).
+JOB_NAME_RE = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]{1,128}")
 
 NODE_NAME_RULE = "1 to 63 letters, digits, '-', '_' or '.', starting with a letter or digit, without '..'"
-JOB_NAME_RULE = "1 to 128 letters, digits, '-', '_' or '.'"
+JOB_NAME_RULE = "1 to 128 letters, digits, '-', '_' or '.', other than '.' and '..'"
 
 
 def validate_node_name(name):

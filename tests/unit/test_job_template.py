@@ -23,7 +23,7 @@ def job(**overrides):
     base = {
         "job_name": "magicdrive", "job_dir": "/starmap/nas/jobs/magicdrive", "account": "", "partition": "gpu_A6000",
         "num_nodes": 2, "nodelist": "node[110-111]", "gpus_per_node": 8, "cpus_per_task": 64, "nproc_per_node": 8,
-        "omp_num_threads": 8, "time_limit": "20160", "warning_signal": "USR1", "warning_seconds": 120,
+        "omp_num_threads": 8, "time_limit": "20160", "warning_signal": "USR1", "warning_seconds": 120, "max_restarts": 1,
         "extra_directives": [], "cuda_home": "/starmap/nas/cuda/cuda-11.8", "replace_ld_library_path": False,
         "conda_root": "/starmap/nas/anaconda3", "conda_env": "magicdrivedit", "venv": "",
         "nccl_env_file": "/starmap/nas/env/nccl-gpu_A6000.sh", "env": {}, "rendezvous": "static", "master_port": 0,
@@ -48,7 +48,7 @@ def test_reference_job_gets_the_reference_header_and_a_valid_bash_script(tmp_pat
     assert sorted(directives(script)) == sorted([
         "--account=huawei", "--cpus-per-task=64", "--gres=gpu:8", "--job-name=magicdrive", "--nodes=2",
         "--nodelist=node[110-111]", "--ntasks-per-node=1", "--open-mode=append", "--partition=gpu_A6000",
-        "--signal=B:USR1@120", "--time=20160", "--output=/starmap/nas/jobs/magicdrive/%x-%j.out"])
+        "--signal=B:USR1@120", "--requeue", "--time=20160", "--output=/starmap/nas/jobs/magicdrive/%x-%j.out"])
     (tmp_path / "job.sbatch").write_text(script)
     subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
     assert 'export PATH="$CUDA_HOME/bin:$PATH"' in script
@@ -141,25 +141,80 @@ def test_a_fixed_master_port_is_used_as_given(tmp_path):
     assert "--master-port=34567" in argv
 
 
-def test_the_time_limit_warning_does_not_stop_the_training(tmp_path):
-    """USR1 reaches the batch shell (B:); it logs the warning and keeps waiting for the step."""
-    script = render(in_dir(tmp_path))
-    slow_python = tmp_path / "slow"
-    slow_python.mkdir()
-    (slow_python / "python").write_text("#!/bin/sh\nsleep 2\nexit 3\n")
-    (slow_python / "python").chmod(stat.S_IRWXU)
+# A training that checkpoints and stops on the warning (as examples/train_ddp.py does) or fails.
+TRAINING_ON_WARNING = ('#!/bin/bash\necho started >> "$RECORD"\n'
+                       'trap \'echo "got USR1" >> "$RECORD"; exit "${EXIT_CODE:-0}"\' USR1\n'
+                       'while sleep 0.1; do :; done\n')
+# scontrol: hostnames as above; any other call is recorded.
+SCONTROL_RECORDING = ('#!/bin/sh\nif [ "$1 $2" = "show hostnames" ]; then printf "node110\\nnode111\\n"; '
+                      'else echo "scontrol $*" >> "$RECORD"; fi\n')
+
+
+def start_warned_job(tmp_path, restart, max_restarts=1, exit_code=0):
+    """Run the batch script with a training that waits for the warning, then send it (B:USR1)."""
+    script = render(in_dir(tmp_path, max_restarts=max_restarts))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", STANDINS["srun"]), ("python", TRAINING_ON_WARNING), ("scontrol", SCONTROL_RECORDING)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
     (tmp_path / "job.sbatch").write_text(script)
-    for name in ("scontrol", "srun"):
-        (slow_python / name).write_text(STANDINS[name])
-        (slow_python / name).chmod(stat.S_IRWXU)
-    env = {"PATH": f"{slow_python}:/usr/bin:/bin", "SLURM_JOB_ID": "1", "SLURM_JOB_NAME": "j",
-           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[110-111]"}
+    record = tmp_path / "record"
+    record.touch()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "j", "RECORD": str(record),
+           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[110-111]", "SLURM_RESTART_COUNT": str(restart),
+           "EXIT_CODE": str(exit_code)}
     batch = subprocess.Popen(["bash", str(tmp_path / "job.sbatch")], env=env, stdout=subprocess.PIPE, text=True)
-    time.sleep(1)
-    os.kill(batch.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 20
+    while "started" not in record.read_text() and batch.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if batch.poll() is None:
+        os.kill(batch.pid, signal.SIGUSR1)
+    return batch, record
+
+
+def test_at_the_warning_the_training_checkpoints_and_the_job_is_requeued(tmp_path):
+    batch, record = start_warned_job(tmp_path, restart=0)
     out, _ = batch.communicate(timeout=30)
-    assert "time-limit warning (USR1) received" in out
+    assert "restart 0 of at most 1" in out and "time-limit warning (USR1)" in out
+    assert record.read_text().splitlines() == ["started", "got USR1", "scontrol requeue 77"]
+    assert "requeueing: restart 1 of at most 1 resumes from the checkpoint" in out
+    assert batch.returncode == 0
+    assert not (tmp_path / ".77.ended").exists(), "a requeued run has not ended the job"
+
+
+def test_without_restarts_left_the_job_ends_at_its_time_limit(tmp_path):
+    batch, record = start_warned_job(tmp_path, restart=1)
+    deadline = time.monotonic() + 20
+    while "got USR1" not in record.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert batch.poll() is None, "the job must wait for Slurm to end it (TIMEOUT), not report success"
+    os.kill(batch.pid, signal.SIGTERM)  # what Slurm sends at the time limit
+    out, _ = batch.communicate(timeout=30)
+    assert "no restarts left (1)" in out and "waiting for the time limit" in out
+    assert "scontrol requeue" not in record.read_text()
+    assert batch.returncode == 143
+
+
+def test_a_training_that_fails_after_the_warning_is_not_requeued(tmp_path):
+    batch, record = start_warned_job(tmp_path, restart=0, exit_code=3)
+    out, _ = batch.communicate(timeout=30)
     assert batch.returncode == 3 and "training step finished with exit code 3" in out
+    assert "scontrol requeue" not in record.read_text()
+
+
+def test_a_restart_over_the_limit_does_not_train(tmp_path):
+    """Slurm requeues on node failure too; the script bounds every kind of restart."""
+    batch, record = start_warned_job(tmp_path, restart=2)
+    out, _ = batch.communicate(timeout=30)
+    assert batch.returncode == 75
+    assert "started" not in record.read_text()
+
+
+def test_requeue_is_asked_of_slurm_only_with_restarts_allowed():
+    assert "--requeue" in directives(render(job(max_restarts=2)))
+    assert "--no-requeue" in directives(render(job(max_restarts=0)))
 
 
 def test_the_node_that_failed_first_gives_the_jobs_exit_code(tmp_path):

@@ -331,6 +331,27 @@ def test_persistent_controller_outage_fails_after_the_retries(slurm_cli, clock):
     assert outcome.result["queries"] == 5
 
 
+def test_following_outlives_a_controller_restart(slurm_cli, clock, job_output):
+    """More failed tries than one command's retries: following keeps asking, then reports the outage."""
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(8):
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1})
+    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 10)
+    assert outcome.result["controller_outage_seconds"] > 0
+
+
+def test_following_gives_up_after_the_controller_timeout(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(15):  # three commands of five tries each: 25.5 s of back-off
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1, "controller_timeout": 20})
+    assert outcome.failed is True
+    assert "slurmctld did not answer for" in outcome.result["msg"]
+    assert "controller_timeout=20" in outcome.result["msg"]
+
+
 def test_lost_sbatch_reply_is_not_submitted_twice(slurm_cli, clock, script, comment, job_output):
     # The controller queued the job but the reply timed out; squeue then shows it.
     slurm_cli.answer(SQUEUE)

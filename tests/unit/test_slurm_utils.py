@@ -140,16 +140,17 @@ def test_validate_node_name_refuses(name):
     )
 
 
-@pytest.mark.parametrize("name", ["train-ddp", "sweep_lr.0.1", "-x", "a" * 128])
+@pytest.mark.parametrize("name", ["train-ddp", "sweep_lr.0.1", "-x", "a" * 128, "...", ".x"])
 def test_validate_job_name_accepts(name):
     assert slurm.validate_job_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["", "a;rm -rf /", "train ddp", "$(id)", "a/b", "a" * 129, "x\n", None])
+@pytest.mark.parametrize("name", ["", "a;rm -rf /", "train ddp", "$(id)", "a/b", "a" * 129, "x\n", None, ".", ".."])
 def test_validate_job_name_refuses(name):
     with pytest.raises(ValueError) as error:
         slurm.validate_job_name(name)
-    assert str(error.value) == f"invalid job name {name!r}: a job name is 1 to 128 letters, digits, '-', '_' or '.'"
+    assert str(error.value) == (f"invalid job name {name!r}: a job name is 1 to 128 letters, digits, '-', '_' or '.', "
+                                "other than '.' and '..'")
 
 
 # ---------------------------------------------------------------------------

@@ -15,8 +15,10 @@ spec.loader.exec_module(module)
 def request(**overrides):
     base = {key: "" for key in module.JOB_KEYS}
     base.update(num_nodes="2", gpus_per_node="8", cpus_per_task="64", nproc_per_node="0", omp_num_threads="0",
-                warning_seconds="120", master_port="0", partition="gpu_A6000", nccl_env_dir="/nas/env",
+                warning_signal="USR1", warning_seconds="120", max_restarts="3", master_port="0", partition="gpu_A6000", nccl_env_dir="/nas/env",
                 conda_root="/nas/anaconda3", conda_env="magicdrivedit", replace_ld_library_path=False)
+    # Values the job script checks (train_job refuses what cannot go into it).
+    base.update(job_name="train", rendezvous="static", time_limit="60", extra_directives=[], env={}, script_args=[])
     base.update(overrides)
     return base
 
@@ -45,3 +47,22 @@ def test_a_missing_key_is_named():
     del broken["partition"]
     with pytest.raises(AnsibleFilterError, match="train_job: missing partition"):
         module.train_job(broken)
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("warning_signal", "TERM", "use USR1 or USR2"),
+    ("warning_signal", "KILL", "use USR1 or USR2"),
+    ("warning_seconds", "0", "give 1 to 65535 seconds"),
+    ("warning_seconds", "70000", "give 1 to 65535 seconds"),
+    ("max_restarts", "-1", "give a whole number"),
+    ("max_restarts", "three", "give a whole number"),
+    ("num_nodes", "1.5", "give a whole number"),
+])
+def test_bad_warning_and_restart_settings_are_refused_by_name(key, value, words):
+    with pytest.raises(AnsibleFilterError, match=f"{key}={value!r}.*{words}"):
+        module.train_job(request(**{key: value}))
+
+
+def test_the_warning_signal_may_be_written_with_sig():
+    job = module.train_job(request(warning_signal="sigusr2", max_restarts=0))
+    assert (job["warning_signal"], job["max_restarts"]) == ("USR2", 0)

@@ -1,17 +1,35 @@
 """train_job: the values of a job script (templates/train.sbatch.j2) derived from what a
 request and its node group give, in one place for the launch and the NAS job templates."""
 
+import importlib.util
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
 from ansible.errors import AnsibleFilterError
 
 # Every key the template reads; a missing one is a bug in the caller, said plainly.
 JOB_KEYS = (
     "job_name", "job_dir", "end_marker", "account", "partition", "num_nodes", "nodelist", "gpus_per_node",
-    "cpus_per_task", "nproc_per_node", "omp_num_threads", "time_limit", "warning_signal", "warning_seconds",
+    "cpus_per_task", "nproc_per_node", "omp_num_threads", "time_limit", "warning_signal", "warning_seconds", "max_restarts",
     "extra_directives", "cuda_home", "replace_ld_library_path", "conda_root", "conda_env", "venv", "nccl_env_dir",
     "env", "rendezvous", "master_port", "script", "script_args",
 )
 INTEGERS = ("num_nodes", "gpus_per_node", "cpus_per_task", "nproc_per_node", "omp_num_threads", "warning_seconds",
-            "master_port")
+            "max_restarts", "master_port")
+
+
+# The signals a training can take as "checkpoint and stop" without other meaning to Slurm or torchrun.
+WARNING_SIGNALS = ("USR1", "USR2")
+# sbatch --signal takes up to 65535 seconds.
+MAX_WARNING_SECONDS = 0xFFFF
+
+
+def whole_number(key, value):
+    text = str(value).strip() if value not in (None, "") else "0"
+    if not text.isdigit():  # "-1", "two", "1.5"
+        raise AnsibleFilterError(f"{key}={value!r} is not allowed: give a whole number, 0 or more")
+    return int(text)
 
 
 def train_job(request):
@@ -20,7 +38,14 @@ def train_job(request):
         raise AnsibleFilterError(f"train_job: missing {', '.join(missing)}")
     job = dict(request)
     for key in INTEGERS:
-        job[key] = int(job[key] or 0)
+        job[key] = whole_number(key, job[key])
+    job["warning_signal"] = str(job["warning_signal"]).upper().removeprefix("SIG")
+    if job["warning_signal"] not in WARNING_SIGNALS:
+        raise AnsibleFilterError(f"warning_signal={request['warning_signal']!r} is not allowed: use "
+                                 f"{' or '.join(WARNING_SIGNALS)} (the training checkpoints on it)")
+    if not 1 <= job["warning_seconds"] <= MAX_WARNING_SECONDS:
+        raise AnsibleFilterError(f"warning_seconds={request['warning_seconds']!r} is not allowed: give 1 to "
+                                 f"{MAX_WARNING_SECONDS} seconds before the time limit")
     # One process per GPU unless asked otherwise (one on a CPU node), its CPUs shared out.
     job["nproc_per_node"] = job["nproc_per_node"] or max(job["gpus_per_node"], 1)
     job["omp_num_threads"] = job["omp_num_threads"] or max(job["cpus_per_task"] // job["nproc_per_node"], 1)
@@ -29,9 +54,124 @@ def train_job(request):
         job["conda_root"] = job["conda_env"] = ""
     # What provision.yml's nccl_env role writes for the node group (the partition).
     job["nccl_env_file"] = f"{job.pop('nccl_env_dir')}/nccl-{job['partition']}.sh"
+    problems = value_problems(job)
+    if problems:
+        raise AnsibleFilterError("; ".join(problems))
     return job
+
+
+# What the template writes into the job script. Some values land in #SBATCH lines, comments
+# and double-quoted strings, so each is held to what it can be: a newline would start a line
+# of shell, a '"', '$' or '`' would end or expand a string, a space would split an option.
+# The module_utils job-name rule, shared with the slurm_job module (the project's layout:
+# roles/cluster/filter_plugins -> module_utils).
+_SLURM_UTILS_SPEC = importlib.util.spec_from_file_location(
+    "_train_job_slurm_utils", Path(__file__).resolve().parents[3] / "module_utils" / "slurm.py")
+_slurm_utils = importlib.util.module_from_spec(_SLURM_UTILS_SPEC)
+_SLURM_UTILS_SPEC.loader.exec_module(_slurm_utils)
+
+PATH_RE = re.compile(r"/[A-Za-z0-9_./-]*")
+PATH_RULE = "an absolute path of letters, digits, '_', '.', '-' and '/', without '..'"
+SLURM_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+SLURM_NAME_RULE = "letters, digits, '_', '.' and '-', starting with a letter or digit"
+CONDA_ENV_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+HOSTLIST_RE = re.compile(r"[A-Za-z0-9._,\[\]-]+")
+# sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit.
+TIME_LIMIT_RE = re.compile(r"[0-9]+(?::[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(?::[0-9]{1,2}){0,2}|UNLIMITED|INFINITE",
+                           re.IGNORECASE)
+TIME_LIMIT_RULE = ("minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 2:00:00, 1-12:00:00), "
+                   "or UNLIMITED for the partition's limit")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+RENDEZVOUS = ("static", "c10d")
+
+
+def _is_path(value):
+    return value == "" or (isinstance(value, str) and PATH_RE.fullmatch(value) is not None
+                           and ".." not in value.split("/"))
+
+
+def _is_name(value, pattern, allow_empty=True):
+    return (value == "" and allow_empty) or (isinstance(value, str) and pattern.fullmatch(value) is not None)
+
+
+def value_problems(values):
+    """What of these job values cannot go into the job script as it is, one message each.
+
+    Checks the keys present, so that a launch can check what the user gave before it asks
+    Slurm anything (jobs_dir there: the directory job_dir is made in), and train_job checks
+    every value of the job it derived.
+    """
+    problems = []
+
+    def refuse(key, value, rule):
+        problems.append(f"{key}={value!r} is not allowed: {rule}")
+
+    if "job_name" in values:
+        try:
+            _slurm_utils.validate_job_name(values["job_name"])
+        except ValueError:
+            refuse("job_name", values["job_name"], f"a job name is {_slurm_utils.JOB_NAME_RULE} (by default the "
+                                                  "script's file name without its extension; set one with -e job_name=NAME)")
+        else:
+            # <jobs dir>/<job name>/...: only the jobs dir can be wrong once the name is right.
+            if not _is_path(values.get("job_dir", "")):
+                refuse("job_dir", values["job_dir"], f"the jobs directory (slurm_launch_jobs_dir) must be {PATH_RULE}")
+            elif not _is_path(str(values.get("end_marker", "")).replace("%j", "")):  # %j: the job id
+                refuse("end_marker", values["end_marker"], f"{PATH_RULE} ('%j' is the job id)")
+    if "jobs_dir" in values and not (values["jobs_dir"] and _is_path(values["jobs_dir"])):
+        refuse("slurm_launch_jobs_dir", values["jobs_dir"], PATH_RULE)
+    for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file"):
+        if key in values and not _is_path(values[key]):
+            refuse(key, values[key], PATH_RULE)
+    if "partition" in values and not _is_name(values["partition"], SLURM_NAME_RE, allow_empty=False):
+        refuse("partition", values["partition"], f"a Slurm partition name: {SLURM_NAME_RULE}")
+    if "account" in values and not _is_name(values["account"], SLURM_NAME_RE):
+        refuse("account", values["account"], f"a Slurm account name: {SLURM_NAME_RULE}, or empty for your default")
+    if "conda_env" in values and not _is_name(values["conda_env"], CONDA_ENV_RE):
+        refuse("conda_env", values["conda_env"], "a conda env name: letters, digits, '_', '.' and '-', "
+                                                 "starting with a letter, digit or '_'")
+    if "nodelist" in values and not _is_name(values["nodelist"], HOSTLIST_RE):
+        refuse("nodelist", values["nodelist"], "a Slurm hostlist such as node[110-111]")
+    if "rendezvous" in values and values["rendezvous"] not in RENDEZVOUS:
+        refuse("rendezvous", values["rendezvous"], " or ".join(RENDEZVOUS))
+    if "time_limit" in values and (isinstance(values["time_limit"], bool)
+                                   or not TIME_LIMIT_RE.fullmatch(str(values["time_limit"]))):
+        refuse("time_limit", values["time_limit"], f"give Slurm's --time as {TIME_LIMIT_RULE}")
+
+    directives = values.get("extra_directives", [])
+    if isinstance(directives, (str, Mapping)) or not isinstance(directives, (list, tuple)):
+        refuse("extra_directives", directives, "give a list of sbatch options, e.g. [\"--exclusive\"]")
+    else:
+        for directive in directives:
+            if not isinstance(directive, str) or not directive.startswith("-") or CONTROL_RE.search(directive):
+                refuse("extra_directives", directive, "each is one sbatch option on one line, starting with '-' "
+                                                      "(e.g. \"--exclusive\"), without newlines or control characters")
+
+    env = values.get("env", {})
+    if not isinstance(env, Mapping):
+        refuse("env", env, "give a mapping of variable names to values, e.g. {\"NCCL_DEBUG\": \"INFO\"}")
+    else:
+        for name, value in env.items():
+            if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
+                refuse("env name", name, "a shell variable name: letters, digits and '_', not starting with a digit")
+            # The job script quotes the value: any text is carried as it is, but NUL ends it.
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)) or "\0" in str(value):
+                refuse(f"env {name}", value, "give text or a number (without NUL characters)")
+
+    script = values.get("script", "")
+    if script != "" and (not isinstance(script, str) or not script.startswith("/") or CONTROL_RE.search(script)):
+        refuse("script", script, "an absolute path without newlines or control characters")
+    args = values.get("script_args", [])
+    if not isinstance(args, (list, tuple)):
+        refuse("script_args", args, "a list of arguments")
+    else:
+        for arg in args:
+            if not isinstance(arg, str) or "\0" in arg:
+                refuse("script_args", arg, "each argument is text without NUL characters")
+    return problems
 
 
 class FilterModule:
     def filters(self):
-        return {"train_job": train_job}
+        return {"train_job": train_job, "job_value_problems": value_problems}

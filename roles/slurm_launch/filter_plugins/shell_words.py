@@ -2,15 +2,21 @@
 `-e 'script_args=--name "a b"'` reaches the training as two arguments, exactly."""
 
 import shlex
+from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
 
 def shell_words(value):
     if isinstance(value, (list, tuple)):
+        # Numbers become their text; a nested list or mapping has no one way to be an argument.
+        for item in value:
+            if isinstance(item, (list, tuple, Mapping)) or item is None:
+                raise AnsibleFilterError(f"script_args item {item!r} is not allowed: give each argument as text")
         return [str(item) for item in value]
     if not isinstance(value, str):
-        raise AnsibleFilterError(f"script_args must be a list or a string, got {type(value).__name__}: {value!r}")
+        kind = "a mapping" if isinstance(value, Mapping) else type(value).__name__
+        raise AnsibleFilterError(f"script_args must be a list or a string, got {kind}: {value!r}")
     try:
         return shlex.split(value)
     except ValueError as exc:

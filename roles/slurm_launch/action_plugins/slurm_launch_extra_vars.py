@@ -1,0 +1,147 @@
+# -*- coding: utf-8 -*-
+"""Action plugin: refuse the -e keys a launch does not know, on the controller.
+
+Ansible cannot tell an extra var from any other variable, so a misspelt ``-e wiat=false``
+would be ignored and the launch would wait after all. This reads what was given on the
+command line and compares it with what the role reads.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: slurm_launch_extra_vars
+short_description: Refuse -e keys that a launch does not know
+description:
+  - Reads the extra vars given to ansible-playbook (every C(-e), also C(-e @file)) and fails,
+    listing each key that the launch does not read, with the closest known key
+    ("did you mean 'nodes'?") and the list of known keys.
+  - Known keys are the short aliases of the role's defaults (each C(NAME) of a
+    C({{ NAME | default(...) }}) in C(defaults/main.yml), read when the task runs, so the
+    defaults stay the one list), every option of the role's C(meta/argument_specs.yml)
+    entry point, every top-level variable of C(defaults/main.yml), and any variable
+    with one of O(prefixes).
+  - Runs on the controller, changes nothing, and runs the same in check mode.
+version_added: "0.1.0"
+author: ansible-slurm-train
+options:
+  defaults_file:
+    description: The role's C(defaults/main.yml).
+    type: path
+    required: true
+  argument_specs_file:
+    description: The role's C(meta/argument_specs.yml); the options of its C(main) entry point are known.
+    type: path
+    required: true
+  prefixes:
+    description: Variables whose names start with one of these are known (set by the inventory or Ansible).
+    type: list
+    elements: str
+    default: [cluster_, ansible_]
+"""
+
+EXAMPLES = r"""
+- name: Refuse unknown -e keys.
+  slurm_launch_extra_vars:
+    defaults_file: "{{ role_path }}/defaults/main.yml"
+    argument_specs_file: "{{ role_path }}/meta/argument_specs.yml"
+"""
+
+RETURN = r"""
+aliases:
+  description: The short -e names read by the role's defaults, in the order they appear there.
+  returned: always
+  type: list
+  elements: str
+  sample: [script, script_args, job_name, nodes]
+known:
+  description: Every known key other than the prefixed ones, sorted.
+  returned: always
+  type: list
+  elements: str
+given:
+  description: The keys of the extra vars given, sorted.
+  returned: always
+  type: list
+  elements: str
+  sample: [nodes, script]
+unknown:
+  description: The given keys that are not known; the task fails when there is one.
+  returned: always
+  type: list
+  elements: str
+  sample: [wiat]
+"""
+
+import difflib
+import re
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.vars import load_extra_vars
+
+# "{{ nodes | default('') }}": the alias is the variable a default falls back from.
+ALIAS_RE = re.compile(r"\{\{-?\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\(")
+# A top-level key of a YAML mapping: "slurm_launch_env: {}".
+TOP_LEVEL_KEY_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*):", re.MULTILINE)
+
+
+def aliases_of(defaults_text):
+    """The NAME of each {{ NAME | default(...) }}, in order, without repeats."""
+    return list(dict.fromkeys(ALIAS_RE.findall(defaults_text)))
+
+
+def unknown_keys_message(unknown, aliases, options, prefixes, prefixed=()):
+    """One sentence per unknown key with the closest known key, then what is known.
+
+    ``prefixed`` are variables with a known prefix that are set (cluster_nas_root): only
+    suggested, since any such variable is accepted.
+    """
+    candidates = aliases + sorted(options) + sorted(prefixed)
+    parts = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+        parts.append(f"-e {key}" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return (
+        f"Unknown -e key{'s' if len(unknown) > 1 else ''}: {'; '.join(parts)}. "
+        f"A launch reads: {', '.join(aliases)}; "
+        f"the role's options {', '.join(sorted(options))}; "
+        f"and any variable starting with {', '.join(prefixes)}."
+    )
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec={
+            "defaults_file": {"type": "path", "required": True},
+            "argument_specs_file": {"type": "path", "required": True},
+            "prefixes": {"type": "list", "elements": "str", "default": ["cluster_", "ansible_"]},
+        })
+        try:
+            with open(args["defaults_file"], encoding="utf-8") as handle:
+                defaults_text = handle.read()
+        except OSError as error:
+            raise AnsibleActionFail(f"cannot read the role's defaults {args['defaults_file']}: {error}") from None
+        specs = self._loader.load_from_file(args["argument_specs_file"]) or {}
+        try:
+            options = set(specs["argument_specs"]["main"]["options"])
+        except (KeyError, TypeError):
+            raise AnsibleActionFail(f"{args['argument_specs_file']} has no argument_specs.main.options") from None
+        options |= set(TOP_LEVEL_KEY_RE.findall(defaults_text))
+        aliases = aliases_of(defaults_text)
+        prefixes = tuple(args["prefixes"])
+
+        given = sorted(load_extra_vars(self._loader))
+        unknown = [key for key in given
+                   if key not in options and key not in aliases and not key.startswith(prefixes)]
+        result.update(changed=False, aliases=aliases, known=sorted(options | set(aliases)), given=given,
+                      unknown=unknown)
+        if unknown:
+            prefixed = [name for name in task_vars or {} if name.startswith(prefixes) and name not in given]
+            result.update(failed=True, msg=unknown_keys_message(unknown, aliases, options, prefixes, prefixed))
+        return result
