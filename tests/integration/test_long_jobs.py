@@ -138,3 +138,33 @@ def test_a_controller_restart_while_following_does_not_lose_the_job(cluster, tmp
     _, job = outputs_of(tmp_path, name)
     assert job["state"] == "COMPLETED"
     assert "slurmctld did not answer" in out
+
+
+def kill_node(cluster, node):
+    """What a node's death looks like to Slurm: slurmd, the job's slurmstepd and processes gone at once
+    (the node's namespace and sshd stay, so that 'up' can bring its slurmd back)."""
+    netns = cluster.nodes[node]["netns"]
+    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, check=True).stdout.split()
+    for pid in map(int, pids):
+        try:
+            if open(f"/proc/{pid}/comm").read().strip() not in ("sleep", "sshd"):
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+
+
+def test_a_node_that_dies_mid_job_ends_it_node_fail_named(cluster, tmp_path):
+    name = unique_job_name("nodefail")
+    launch = start_launch(tmp_path, *training(name, steps=300, max_restarts=0))
+    try:
+        wait_for_training(cluster, name)
+        kill_node(cluster, "node111")
+        out, _ = launch.communicate(timeout=300)  # SlurmdTimeout is 30 s on the local cluster
+    finally:
+        launch.kill()
+        local_cluster("up", "-i", str(cluster.inventory))
+        assert eventually(lambda: "idle" in cluster.slurm("sinfo", "-h", "-N", "-n", "node111", "-o", "%T").stdout, 120)
+    assert launch.returncode != 0
+    _, job = outputs_of(tmp_path, name)
+    assert (job["state"], job["failed_nodes"]) == ("NODE_FAIL", "node111 (down*)")
+    assert "ended NODE_FAIL" in out and "failed nodes: node111 (down*)" in out

@@ -25,7 +25,8 @@ def test_node_lists_expand_in_order_without_repeats(given, names):
     assert slurm_nodes.requested_names(given) == names
 
 
-@pytest.mark.parametrize("given", ["node110;reboot", "node[111-110]", "node$(id)", [3], "node 110"])
+@pytest.mark.parametrize("given", ["node110;reboot", "node[111-110]", "node$(id)", [3], "node 110", "node..1", "-x",
+                                   "../x"])
 def test_unsafe_or_malformed_node_lists_are_refused(given):
     with pytest.raises(ValueError):
         slurm_nodes.requested_names(given)
@@ -39,6 +40,15 @@ def test_unsafe_or_malformed_node_lists_are_refused(given):
 ])
 def test_script_args_split_as_a_shell_would(given, words):
     assert shell_words(given) == words
+
+
+def test_numbers_become_arguments_and_nested_values_are_refused():
+    assert shell_words(["--steps", 20, 0.5]) == ["--steps", "20", "0.5"]
+    for bad in ([["--lr"]], [{"lr": 1}], [None]):
+        with pytest.raises(AnsibleFilterError, match="is not allowed: give each argument as text"):
+            shell_words(bad)
+    with pytest.raises(AnsibleFilterError, match="script_args must be a list or a string, got a mapping"):
+        shell_words({"lr": 1})
 
 
 def test_unbalanced_quotes_are_refused_with_the_value():

@@ -557,7 +557,7 @@ def test_unknown_state_fails_instead_of_passing(slurm_cli, clock, job_output):
 
 @pytest.mark.parametrize(("args", "message"), [
     ({"job_name": "a;rm -rf /"},
-     "invalid job name 'a;rm -rf /': a job name is 1 to 128 letters, digits, '-', '_' or '.'"),
+     "invalid job name 'a;rm -rf /': a job name is 1 to 128 letters, digits, '-', '_' or '.', other than '.' and '..'"),
     ({"sbatch_args": ["--job-name=other"]}, "sbatch_args must not contain '--job-name=other': use job_name"),
     ({"sbatch_args": ["-a", "1-4"]}, "sbatch_args must not contain '-a': the module follows single jobs, not arrays"),
     ({"sbatch_args": ["--array=1-4"]},
