@@ -11,9 +11,7 @@ import os
 import shutil
 import stat
 import subprocess
-import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
