@@ -14,10 +14,12 @@ else gloo on CPU. Every line is prefixed with ``[rankN]`` and flushed at once.
 How a training script hears of the time limit, and what it must do
 ------------------------------------------------------------------
 Slurm kills a job at its time limit (SIGTERM, then SIGKILL after KillWait).
-Asked for it (``sbatch --signal=USR1@120`` / ``srun --signal=USR1@120``, or by
-hand with ``scancel --signal=USR1 <job>``), it first sends a warning signal to
-the processes of the job step -- these worker processes included -- some time
-before the limit. On that signal (``--checkpoint-signals``, default USR1,TERM):
+Asked for it, it first sends a warning signal some time before the limit. This
+project's job script asks for it on the batch shell (``--signal=B:USR1@120``),
+which passes it on through srun to every process of the step -- these worker
+processes included -- and requeues the job once they have checkpointed and
+exited 0 (by hand: ``scancel --batch --signal=USR1 <job>``). On that signal
+(``--checkpoint-signals``, default USR1,TERM):
 
 1. the handler only sets a flag (no I/O or collectives inside a handler);
 2. at the next step boundary all ranks all_reduce(MAX) the flag, so every rank
