@@ -123,6 +123,28 @@ options:
         that comes back in time is reported in RV(controller_outage_seconds) and a warning.
     type: int
     default: 600
+  progress_every:
+    description:
+      - While following, show the job's progress at least this often, in seconds, in the
+        playbook's output as it happens, and at once on each change of state (PENDING with its
+        reason, RUNNING on which nodes, requeued, final), with up to 5 new lines of the job's
+        log. V(0) shows nothing until the task ends.
+      - Done by the project's C(slurm_job) action plugin (C(roles/slurm_launch/action_plugins)),
+        which follows the job in slices; Slurm is not asked more often for it.
+    type: int
+    default: 30
+  return_on_change:
+    description:
+      - While following, return as soon as the job's state or restart count changes (or at
+        O(timeout)), with RV(progress). The project's C(slurm_job) action plugin follows a job
+        in such slices to show its progress live; a task rarely sets this itself.
+    type: bool
+    default: false
+  progress_from:
+    description:
+      - The RV(progress) of the previous slice, so that this one carries on from it without
+        asking Slurm again at once. Needs O(job_id) and O(return_on_change).
+    type: dict
   environment:
     description:
       - Variables for the Slurm commands, for example C(SLURM_CONF). C(LC_ALL) is always C(C), so
@@ -312,6 +334,21 @@ changed:
   returned: always
   type: bool
   sample: true
+progress:
+  description:
+    - With O(return_on_change), where this slice of following ended, for the next one; null otherwise.
+  returned: always
+  type: dict
+  sample: {"state": "RUNNING", "restarts": 0, "next_poll": 8.0, "marker": null, "log_offset": 5120,
+           "log_lines": ["[rank0] step=10 loss=0.42"]}
+  contains:
+    log_lines:
+      description: Complete lines added to the job's output since the previous slice (at most 5, the newest).
+      type: list
+      elements: str
+    log_offset:
+      description: Byte offset in the output up to which lines were read.
+      type: int
 controller_outage_seconds:
   description: Seconds the module waited, while following, for a slurmctld that did not answer.
   returned: always
@@ -405,6 +442,9 @@ ARGUMENT_SPEC = {
     "environment": {"type": "dict", "default": {}},
     "end_marker": {"type": "str"},
     "controller_timeout": {"type": "int", "default": 600},
+    "return_on_change": {"type": "bool", "default": False},
+    "progress_every": {"type": "int", "default": 30},
+    "progress_from": {"type": "dict"},
 }
 
 # Options the module sets itself, or that would break following one job.
@@ -424,6 +464,8 @@ JOB_KEYS = (
 LOG_READ_BLOCK = 64 * 1024
 # How often the end marker is looked for: a stat of a local or NAS file, no controller RPC.
 MARKER_CHECK_INTERVAL = 0.2
+# At most this many of the newest log lines per slice of following: news, not a flood.
+PROGRESS_LOG_LINES = 5
 # Longest pause between two tries to reach a controller that does not answer while following.
 CONTROLLER_RETRY_MAX_DELAY = 15.0
 # After the marker, Slurm is asked this many times at that pace before the regular schedule.
@@ -461,6 +503,25 @@ def read_log_tail(path, lines):
     except OSError:
         return []
     return data.decode("utf-8", "replace").splitlines()[-lines:]
+
+
+def read_new_lines(path, offset, lines):
+    """The complete lines written to a file since ``offset`` (at most the last ``lines``), and
+    the offset after them. No offset yet: only the newest lines. A file that shrank starts over."""
+    if not path or lines <= 0:
+        return [], offset
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if offset is None or offset > size:
+                return read_log_tail(path, lines), size
+            start = max(offset, size - LOG_READ_BLOCK)
+            handle.seek(start)
+            data = handle.read(size - start)
+    except OSError:
+        return [], offset
+    complete = data[:data.rfind(b"\n") + 1]
+    return complete.decode("utf-8", "replace").splitlines()[-lines:], start + len(complete)
 
 
 class SlurmCommandError(Exception):
@@ -591,9 +652,11 @@ class SlurmClient:
 class EndMarker:
     """The file a job writes as its batch script ends, watched so as to answer without polling Slurm."""
 
-    def __init__(self, pattern, job_id):
+    def __init__(self, pattern, job_id, seen=None):
         self.path = pattern.replace("%j", str(job_id)) if pattern else None
-        self.seen = self._stamp()  # an earlier run of a requeued job may have left one
+        # An earlier run of a requeued job may have left one; an earlier slice of this follow
+        # says what it saw.
+        self.seen = tuple(seen) if seen else self._stamp()
         self.quick_polls_left = 0
 
     def _stamp(self):
@@ -637,7 +700,7 @@ class SlurmJobRunner:
         self.result.update(
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
-            nodes=[], log_tail=[], controller_outage_seconds=0,
+            nodes=[], log_tail=[], controller_outage_seconds=0, progress=None,
         )
 
     def finish(self, msg=None):
@@ -661,10 +724,16 @@ class SlurmJobRunner:
         timeout = self.params["timeout"]
         deadline = time.monotonic() + timeout if timeout else None
         schedule = PollSchedule(self.params["poll_min"], self.params["poll_max"])
-        marker = EndMarker(self.params["end_marker"], job_id)
-        job = self.find_job_patiently(job_id)
-        schedule.observe(job["state"])
-        while not job_state(job["state"]).final:
+        progress = self.params["progress_from"]
+        marker = EndMarker(self.params["end_marker"], job_id, seen=(progress or {}).get("marker"))
+        if progress:
+            # A slice after the first: the job was just looked at; carry on from there.
+            schedule.resume(progress["next_poll"], (progress["state"], progress["restarts"]))
+            job = None
+        else:
+            job = self.find_job_patiently(job_id)
+            schedule.observe((job["state"], job["restarts"]))
+        while job is None or not job_state(job["state"]).final:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 self.result["timed_out"] = True
@@ -676,8 +745,19 @@ class SlurmJobRunner:
                 interval = next(schedule)
                 marker.wait(interval if remaining is None else min(interval, remaining))
             job = self.find_job_patiently(job_id)
-            schedule.observe(job["state"])
-        return self.record(job)
+            if schedule.observe((job["state"], job["restarts"])) and self.params["return_on_change"]:
+                break
+        if job is None:  # the slice ended before its first look
+            job = self.find_job_patiently(job_id)
+        info = self.record(job)
+        if self.params["return_on_change"]:
+            lines, offset = read_new_lines(job["stdout_path"], (progress or {}).get("log_offset"),
+                                           min(PROGRESS_LOG_LINES, self.params["log_tail_lines"]))
+            self.result["progress"] = {
+                "state": job["state"], "restarts": job["restarts"], "next_poll": schedule.next_interval,
+                "marker": marker.seen, "log_offset": offset, "log_lines": lines,
+            }
+        return info
 
     def find_job_patiently(self, job_id):
         """The job's record; a controller that does not answer (restart, failover) is waited for.

@@ -719,6 +719,15 @@ class PollSchedule:
     def reset(self):
         self._next = self.minimum
 
+    def resume(self, next_interval, last_state):
+        """Carry on a schedule that an earlier process ran (following in slices)."""
+        self._next = min(self.maximum, max(self.minimum, float(next_interval)))
+        self._last_state = last_state
+
+    @property
+    def next_interval(self):
+        return self._next
+
     def observe(self, state):
         """Record the state the latest poll saw; on a change, reset and return True."""
         changed = self._last_state is not None and state != self._last_state

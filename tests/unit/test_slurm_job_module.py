@@ -615,3 +615,36 @@ def test_documented_return_values_are_what_the_module_returns(slurm_cli, clock, 
     documented = yaml.safe_load(slurm_job.RETURN)
     assert sorted(documented) == sorted(result)
     assert all({"description", "returned", "type", "sample"} <= set(doc) for doc in documented.values())
+
+
+def test_a_slice_of_following_ends_at_the_first_change_with_where_it_got(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("running_after_requeue"))
+    outcome = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60})
+    progress = outcome.result["progress"]
+    assert (outcome.failed, outcome.result["final"], outcome.result["timed_out"]) == (False, False, False)
+    assert (progress["state"], progress["restarts"]) == ("RUNNING", 1)
+    assert progress["next_poll"] == 1, "a change starts the schedule over"
+
+
+def test_the_next_slice_carries_on_without_asking_at_once(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    previous = {"state": "RUNNING", "restarts": 0, "next_poll": 8.0, "marker": None, "log_offset": None}
+    outcome = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60, "progress_from": previous})
+    assert clock.sleeps == [8.0], "the first look waits for the interval the previous slice had reached"
+    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 1)
+
+
+def test_new_log_lines_are_the_complete_lines_since_the_offset(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text("one\ntwo\n")
+    lines, offset = slurm_job.read_new_lines(str(log), None, 5)
+    assert (lines, offset) == (["one", "two"], 8)
+    with log.open("a") as handle:
+        handle.write("three\nfour\nfive\nsix\nseven\neight\npart")
+    lines, offset = slurm_job.read_new_lines(str(log), offset, 5)
+    assert lines == ["four", "five", "six", "seven", "eight"], "the newest five, not the half line"
+    assert slurm_job.read_new_lines(str(log), offset, 5) == ([], offset)
+    log.write_text("new run\n")
+    assert slurm_job.read_new_lines(str(log), offset, 5) == (["new run"], 8), "a file that shrank starts over"

@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+"""Action plugin for the slurm_job module: follows a job in slices, so that a person sees it move.
+
+A module cannot print while it runs. While a job is followed, this runs the module again and
+again, each run ending at the job's next change of state or after ``progress_every`` seconds,
+and prints between runs what changed: the state (with Slurm's reason, the nodes, the restart
+count) and the newest lines of the job's log. Each slice carries on the poll schedule of the
+previous one (``progress_from``), so Slurm is asked no more often than by one long run.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+# Arguments that only the submission needs; later slices follow the job by its id.
+SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force")
+
+
+def describe(result):
+    """One line for a person: the job, its state, and what goes with that state."""
+    state = result.get("state") or "unknown to Slurm"
+    line = f"job {result.get('job_id')} ({result.get('name')}): {state}"
+    if result.get("reason") and state != "RUNNING":
+        line += f" ({result['reason']})"
+    if state == "RUNNING" and result.get("nodes"):
+        line += f" on {','.join(result['nodes'])}"
+    if result.get("restarts"):
+        line += f", restart {result['restarts']}"
+    if result.get("final"):
+        line += f", exit code {result.get('exit_code')}, {result.get('elapsed_seconds')} s"
+    return line
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        every = int(args.pop("progress_every", 30) or 0)
+        live = (every > 0 and args.get("state", "present") == "present" and boolean(args.get("wait", True))
+                and not self._task.check_mode)
+        if not live:
+            return self._execute_module("slurm_job", module_args=args, task_vars=task_vars)
+
+        total = int(args.get("timeout") or 0)
+        started = time.monotonic()
+        result = self._execute_module("slurm_job", module_args={**args, "return_on_change": True,
+                                                               "timeout": min(every, total) if total else every},
+                                      task_vars=task_vars)
+        first = result
+        self.show(result, None)
+        while not result.get("failed") and result.get("final") is False:
+            left = total - (time.monotonic() - started) if total else None
+            if left is not None and left <= 0:
+                result["timed_out"] = True
+                break
+            follow = {key: value for key, value in args.items() if key not in SUBMIT_ONLY}
+            follow.update(job_id=result["job_id"], return_on_change=True, progress_from=result["progress"],
+                          timeout=max(1, int(min(every, left) if left is not None else every)))
+            previous, result = result, self._execute_module("slurm_job", module_args=follow, task_vars=task_vars)
+            result["queries"] = result.get("queries", 0) + previous.get("queries", 0)
+            result["controller_outage_seconds"] = (result.get("controller_outage_seconds", 0)
+                                                   + previous.get("controller_outage_seconds", 0))
+            self.show(result, previous)
+        # What the first slice did (submit, or find the same job) is what this task did.
+        for key in ("changed", "submitted", "found_existing"):
+            result[key] = first.get(key, False)
+        return result
+
+    def show(self, result, previous):
+        if result.get("job_id") is None:
+            return
+        key = (result.get("state"), result.get("restarts"))
+        if previous is None or key != (previous.get("state"), previous.get("restarts")):
+            display.display(describe(result))
+        for line in (result.get("progress") or {}).get("log_lines", []):
+            display.display(f"  {result['job_id']} | {line}")
