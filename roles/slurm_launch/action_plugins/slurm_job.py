@@ -69,6 +69,12 @@ class ActionModule(ActionBase):
             result["queries"] = result.get("queries", 0) + previous.get("queries", 0)
             result["controller_outage_seconds"] = (result.get("controller_outage_seconds", 0)
                                                    + previous.get("controller_outage_seconds", 0))
+            # Only the returned result's warnings are shown: an earlier slice's (a controller
+            # outage, say) would otherwise be lost.
+            for key in ("warnings", "deprecations"):
+                carried = (previous.get(key) or []) + (result.get(key) or [])
+                if carried:
+                    result[key] = carried
             self.show(result, previous)
         # What the first slice did (submit, or find the same job) is what this task did.
         for key in ("changed", "submitted", "found_existing"):
