@@ -122,3 +122,52 @@ def test_ipv4_addresses_come_from_the_facts():
                 "ens1": {"macaddress": "00:11"}}
     assert nccl_env.nccl_env_ipv4_from_facts(gathered) == {
         "lo": ["127.0.0.1"], "eth0": ["10.0.0.5", "10.0.0.6"], "ib-0": ["10.1.0.5"]}
+
+
+# The preflight's check: settings read back from the files main.yml writes.
+
+def test_what_main_writes_reads_back_the_same():
+    conf = "# NCCL settings of node110\nNCCL_IB_DISABLE=1\nNCCL_SOCKET_IFNAME=eth0\n"
+    env_file = "# settings\nexport NCCL_SOCKET_IFNAME=eth0\nexport NCCL_DEBUG='INFO SUBSYS'\nexport TORCH_NCCL_ASYNC_ERROR_HANDLING=1\n"
+    assert nccl_env.nccl_env_read(conf) == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0"}
+    assert nccl_env.nccl_env_read(env_file) == {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO SUBSYS",
+                                                "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+def test_the_socket_address_is_on_the_interface_nccl_socket_ifname_selects():
+    _, _, settings, network = node("r1", "roce_v1_v2", {"ens1f0": ["10.10.0.11"], "docker0": ["172.17.0.1"]})
+    assert nccl_env.nccl_env_socket_address(settings, network) == "10.10.0.11"
+    assert nccl_env.nccl_env_socket_address({"NCCL_SOCKET_IFNAME": "=docker0"}, network) == "172.17.0.1"
+    assert nccl_env.nccl_env_socket_address({"NCCL_SOCKET_IFNAME": "^docker"}, network) is None
+    assert nccl_env.nccl_env_socket_address({"NCCL_SOCKET_IFNAME": "eth9"}, network) is None
+    assert nccl_env.nccl_env_socket_address({}, network) is None
+
+
+def check(nodes, confs, jobs):
+    names, groups, _, networks = (list(column) for column in zip(*nodes))
+    return nccl_env.nccl_env_check_problems(names, groups, confs, jobs, networks)
+
+
+def test_a_node_whose_nccl_conf_names_a_missing_interface_is_named_even_when_the_env_file_hides_it():
+    nodes = [node("c1", "no_hca", {"eth0": ["10.0.0.1"]}), node("c2", "no_hca", {"eth0": ["10.0.0.2"]})]
+    good, bad = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0"}, {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth9"}
+    found = check(nodes, [good, bad], [good, good])
+    assert any(p.startswith("nccl.conf: c2: NCCL_SOCKET_IFNAME names eth9") for p in found), found
+    assert any("NCCL_SOCKET_IFNAME differs between its nodes (c1=eth0, c2=eth9)" in p for p in found), found
+    assert not any(p.startswith("job env:") for p in found), found
+    # Without the env file over it, the job reads nccl.conf: the same problem, said once.
+    found = check(nodes, [good, bad], [good, bad])
+    assert sum("c2: NCCL_SOCKET_IFNAME names eth9" in p for p in found) == 1, found
+
+
+def test_a_node_without_nccl_conf_is_named_with_the_path():
+    nodes = [node("c1", "no_hca", {"eth0": ["10.0.0.1"]}), node("c2", "no_hca", {"eth0": ["10.0.0.2"]})]
+    good = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0"}
+    assert check(nodes, [good, None], [good, good]) == [
+        "c2: /etc/nccl.conf is missing (NCCL reads it on every node); run provision.yml"]
+
+
+def test_consistent_nodes_have_no_problems():
+    nodes = [node("r1", "roce_v1_v2", {"ens1f0": ["10.10.0.11"]}), node("r2", "two_hcas_one_down", {"ens1f0": ["10.10.0.12"]})]
+    settings = [n[2] for n in nodes]
+    assert check(nodes, settings, settings) == []

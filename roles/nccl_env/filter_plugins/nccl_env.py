@@ -2,6 +2,7 @@
 checks that refuse a setting NCCL would misread or a node group whose nodes disagree."""
 
 import re
+import shlex
 
 KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -154,6 +155,55 @@ def nccl_env_group_problems(names, node_groups, settings, networks):
     return problems
 
 
+def nccl_env_read(text):
+    """{KEY: value} from an nccl.conf (KEY=value) or an env file (export KEY='value'); comments skipped."""
+    settings = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            words = shlex.split(line)
+            line = words[1] if len(words) == 2 else ""
+        key, sep, value = line.partition("=")
+        if sep and KEY_RE.match(key.strip()):
+            settings[key.strip()] = value.strip()
+    return settings
+
+
+def nccl_env_socket_address(settings, network):
+    """The IPv4 address NCCL's sockets use on this node: the first up interface that
+    NCCL_SOCKET_IFNAME selects; None when it is unset or excludes (NCCL then chooses)."""
+    if not (settings or {}).get("NCCL_SOCKET_IFNAME"):
+        return None
+    exclude, exact, entries = _list_entries(settings["NCCL_SOCKET_IFNAME"])
+    if exclude:
+        return None
+    for entry in entries:
+        for iface in (network or {}).get("interfaces", []):
+            if (_matches(entry, [iface["name"]], exact) and iface.get("ipv4")
+                    and iface.get("operstate") in ("up", "unknown") and iface.get("type") != 772):
+                return iface["ipv4"][0]
+    return None
+
+
+def nccl_env_check_problems(names, node_groups, conf_settings, job_settings, networks, conf_path="/etc/nccl.conf"):
+    """A preflight's view of the written NCCL settings: what each node's nccl.conf says and what a
+    job (nccl.conf, then the group's env file over it) uses, each against the node's hardware
+    and the other nodes of its group. A node without an nccl.conf (None) is named once."""
+    problems = []
+    missing = [name for name, conf in zip(names, conf_settings) if conf is None]
+    problems += [f"{name}: {conf_path} is missing (NCCL reads it on every node); run provision.yml" for name in missing]
+    present = [i for i, conf in enumerate(conf_settings) if conf is not None]
+    for label, settings, indexes in (("nccl.conf", conf_settings, present),
+                                     ("job env", job_settings, range(len(names)))):
+        found = nccl_env_group_problems([names[i] for i in indexes], [node_groups[i] for i in indexes],
+                                        [settings[i] for i in indexes], [networks[i] for i in indexes])
+        problems += [f"{label}: {problem}" for problem in found
+                     if f"nccl.conf: {problem}" not in problems]
+    return problems
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -162,4 +212,7 @@ class FilterModule:
             "nccl_env_setting_problems": nccl_env_setting_problems,
             "nccl_env_node_groups": nccl_env_node_groups,
             "nccl_env_group_problems": nccl_env_group_problems,
+            "nccl_env_read": nccl_env_read,
+            "nccl_env_socket_address": nccl_env_socket_address,
+            "nccl_env_check_problems": nccl_env_check_problems,
         }

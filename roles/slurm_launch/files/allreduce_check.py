@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""The preflight's all-reduce: every rank of the job sums a tensor of each size, checks the
+result and reports the bandwidth as nccl-tests' all_reduce_perf does.
+
+Run by the preflight through the same job script as a training (one torchrun per node), so it
+proves the path the training takes: rendezvous, the backend (nccl on GPUs, gloo on CPU) over
+the NCCL env of the node group. Rank 0 prints a table and one ``allreduce-result: {json}``
+line that the preflight reads from the job's log.
+
+    torchrun --standalone --nproc-per-node=2 allreduce_check.py --sizes 1024,1048576
+
+algbw = bytes / time; busbw = algbw * 2 (n - 1) / n, the bandwidth each link carries in a
+ring all-reduce (nccl-tests' definition), so figures compare across world sizes.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1024,65536,1048576,16777216",
+                        help="message sizes in bytes, comma-separated (float32 elements: a multiple of 4)")
+    parser.add_argument("--iters", type=int, default=5, help="timed all-reduces per size")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed all-reduces per size first")
+    parser.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto")
+    args = parser.parse_args(argv)
+    try:
+        args.sizes = [int(size) for size in args.sizes.split(",")]
+    except ValueError:
+        parser.error(f"--sizes {args.sizes!r}: give whole numbers of bytes, comma-separated")
+    if not args.sizes or any(size < 4 or size % 4 for size in args.sizes):
+        parser.error(f"--sizes {args.sizes}: each size must be a positive multiple of 4 bytes (float32)")
+    if args.iters < 1 or args.warmup < 0:
+        parser.error("--iters must be at least 1 and --warmup at least 0")
+    return args
+
+
+def bus_bandwidth(size_bytes, seconds, world_size):
+    """(algbw, busbw) in GB/s for one all-reduce of size_bytes that took seconds."""
+    algbw = size_bytes / seconds / 1e9
+    return algbw, algbw * 2 * (world_size - 1) / world_size
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    backend = args.backend if args.backend != "auto" else ("nccl" if torch.cuda.is_available() else "gloo")
+    dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    results = []
+    for size in args.sizes:
+        count = size // 4
+        tensor = torch.empty(count, dtype=torch.float32, device=device)
+        for _ in range(args.warmup):
+            dist.all_reduce(tensor.fill_(rank + 1))
+        elapsed = 0.0
+        wrong = 0
+        for _ in range(args.iters):
+            tensor.fill_(rank + 1)
+            dist.barrier()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            started = time.perf_counter()
+            dist.all_reduce(tensor)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            elapsed += time.perf_counter() - started
+            # Every element must be 1 + 2 + ... + world: nccl-tests' #wrong.
+            wrong += int((tensor != world * (world + 1) / 2).sum())
+        seconds = elapsed / args.iters
+        algbw, busbw = bus_bandwidth(size, seconds, world)
+        results.append({"size": size, "count": count, "time_us": round(seconds * 1e6, 1),
+                        "algbw": round(algbw, 4), "busbw": round(busbw, 4), "wrong": wrong})
+    # The slowest rank's time is the collective's time.
+    times = torch.tensor([r["time_us"] for r in results], dtype=torch.float64)
+    wrongs = torch.tensor([r["wrong"] for r in results], dtype=torch.int64)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    dist.all_reduce(wrongs)
+    for result, slowest, wrong in zip(results, times.tolist(), wrongs.tolist()):
+        algbw, busbw = bus_bandwidth(result["size"], slowest / 1e6, world)
+        result.update(time_us=round(slowest, 1), algbw=round(algbw, 4), busbw=round(busbw, 4), wrong=wrong)
+    if rank == 0:
+        print(f"# all-reduce sum float32, {world} ranks, backend {backend}, {args.iters} iterations", flush=True)
+        print(f"# {'size':>12} {'count':>10} {'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}")
+        for r in results:
+            print(f"  {r['size']:>12} {r['count']:>10} {r['time_us']:>10.1f} {r['algbw']:>12.4f} "
+                  f"{r['busbw']:>12.4f} {r['wrong']:>7}")
+        print("allreduce-result: " + json.dumps({"world_size": world, "backend": backend, "results": results}),
+              flush=True)
+    dist.destroy_process_group()
+    return 1 if any(r["wrong"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    code = main()
+    # As in examples/train_ddp.py: torch 2.13's gloo sometimes aborts in the interpreter's
+    # teardown after destroy_process_group(); everything is printed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
