@@ -32,7 +32,7 @@ def node111_nccl_conf(cluster):
 
 
 def test_a_provisioned_cluster_passes_and_reports_the_all_reduce_bandwidth(cluster, tmp_path):
-    proc = preflight(tmp_path, NODES, "slurm_launch_preflight_sizes=[4096,1048576]")
+    proc = preflight(tmp_path, NODES, '{"slurm_launch_preflight_sizes": [4096, 1048576]}')
     out = proc.stdout
     assert proc.returncode == 0, out[-5000:] + proc.stderr
     summary = (tmp_path / "preflight-gpu_A6000.txt").read_text()
@@ -56,7 +56,8 @@ def test_a_wrong_interface_on_one_node_stops_the_launch_before_it_submits(cluste
     before = next_job_id(cluster)
     proc = preflight(tmp_path, NODES, "preflight=true", f"script={TRAINER}", f"job_name={name}", playbook="launch.yml")
     assert proc.returncode != 0, proc.stdout[-3000:]
-    assert "node111: NCCL_SOCKET_IFNAME names eth9, which node111 does not have up (up: eth0)" in proc.stdout
+    assert ("node111: NCCL_SOCKET_IFNAME names eth9, which node111 does not have up (up: eth0) "
+            "(in /etc/nccl.conf; provision.yml writes it anew)") in proc.stdout
     assert "node110: NCCL_SOCKET_IFNAME names" not in proc.stdout
     assert next_job_id(cluster) == before, "nothing is submitted after a failed preflight"
     assert not (cluster.nas / "jobs" / name).exists()

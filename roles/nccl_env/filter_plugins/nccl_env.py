@@ -195,12 +195,14 @@ def nccl_env_check_problems(names, node_groups, conf_settings, job_settings, net
     missing = [name for name, conf in zip(names, conf_settings) if conf is None]
     problems += [f"{name}: {conf_path} is missing (NCCL reads it on every node); run provision.yml" for name in missing]
     present = [i for i, conf in enumerate(conf_settings) if conf is not None]
-    for label, settings, indexes in (("nccl.conf", conf_settings, present),
-                                     ("job env", job_settings, range(len(names)))):
+    seen = set()
+    for where, settings, indexes in (
+            (f"in {conf_path}; provision.yml writes it anew", conf_settings, present),
+            (f"as a job reads it: {conf_path} with the group's env file over it", job_settings, range(len(names)))):
         found = nccl_env_group_problems([names[i] for i in indexes], [node_groups[i] for i in indexes],
                                         [settings[i] for i in indexes], [networks[i] for i in indexes])
-        problems += [f"{label}: {problem}" for problem in found
-                     if f"nccl.conf: {problem}" not in problems]
+        problems += [f"{problem} ({where})" for problem in found if problem not in seen]
+        seen.update(found)
     return problems
 
 

@@ -36,7 +36,7 @@ def preflight_rows(nodes, hostvars):
         if found.get("cuda"):
             parts.append(f"CUDA {found['cuda']}")
         if found.get("python"):
-            parts.append(f"python {found['python']}")
+            parts.append(found["python"])
         if nccl:
             parts.append(f"sockets {nccl.get('interface') or '(NCCL chooses)'} {nccl.get('address')}")
             reached = [r for r in (facts.get("_nccl_env_check_reach") or {}).get("results", []) if "state" in r]
