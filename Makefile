@@ -40,3 +40,12 @@ test-integration: deps
 
 lint: deps
 	$(BIN)/pytest tests/test_lint.py
+
+# The benchmark suite (docs/benchmarks.md): brings up its own clusters from bench/inventory,
+# measures each figure against a baseline of the same run, prints the table and writes it to
+# bench/results/ as JSON. Not part of `make test`. A subset, quickly:
+#   make bench BENCH_ARGS='--only answer --reps 1 --long-seconds 0'
+.PHONY: bench
+BENCH_ARGS ?=
+bench: deps
+	$(BIN)/python bench/run.py $(BENCH_ARGS)

@@ -1,0 +1,696 @@
+#!/usr/bin/env python3
+"""make bench: the launcher's figures, each against a baseline measured in the same run.
+
+1. submission: launch.yml -e wait=false against a hand sbatch of the same rendered script and
+   against the floor of Ansible (bench/floor.yml, one task that runs that sbatch);
+2. time to answer: from the job's end (the training's last line, and the end marker the job
+   script writes) to the launch returning with the collected outputs, against a hand sbatch
+   followed by a one-second squeue loop and one scontrol for the exit code;
+3. controller load: slurmctld RPCs (sdiag) and slurmdbd RPCs (sacctmgr show stats) received
+   while following that job, launch against the hand loop (measured in the same runs as 2);
+4. provisioning: a second, no-change provision.yml on 2 nodes and on 4 nodes, and how many
+   times the NAS installers ran (bench/standins count them);
+5. rendering at scale: launch.yml --check for a 1,000-node inventory group, against the same
+   for 2 nodes (Slurm's answers played back by bench/fakeslurm: no machine here runs 1,000 slurmd).
+
+It brings up its own clusters from bench/inventory (never inventory/local), runs each
+measurement several times, prints a table (median, min, max, ratio), writes it and the
+profiles behind it as JSON to bench/results/, and takes the clusters down again unless they
+were up before. Figures are printed, never asserted: a slow machine fails nothing.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from pathlib import Path
+
+import benchlib
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+RESULTS = BENCH / "results"
+BIN = Path(sys.executable).parent
+TOOL = REPO / "bin" / "local-cluster"
+TRAINER = "examples/train_ddp.py"
+INVENTORY_2 = BENCH / "inventory" / "bench2"
+INVENTORY_4 = BENCH / "inventory" / "bench4"
+NODES_2 = "b2-n1,b2-n2"
+FIGURES = ("submission", "answer", "provision", "render")
+# RPCs nobody's follower sends: the probe's own (sdiag) and slurmd's periodic registration.
+CTLD_IGNORED = {"REQUEST_STATS_INFO", "MESSAGE_NODE_REGISTRATION_STATUS"}
+
+
+def log(message):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def ansible_env(extra=None):
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+            # Each run's task timeline (bench/callback_plugins) is the profile behind its figure.
+            "ANSIBLE_CALLBACK_PLUGINS": str(BENCH / "callback_plugins"),
+            "ANSIBLE_CALLBACKS_ENABLED": "bench_timeline", **(extra or {})}
+
+
+class Run:
+    """One finished ansible-playbook run: exit code, wall-clock start and end, output, timeline."""
+
+    def __init__(self, rc, started, ended, output, timeline):
+        self.rc, self.started, self.ended, self.output, self.timeline = rc, started, ended, output, timeline
+
+    @property
+    def seconds(self):
+        return self.ended - self.started
+
+    def tail(self, lines=30):
+        return "\n".join(self.output.splitlines()[-lines:])
+
+    def recap(self):
+        """{host: {ok, changed, failed, ...}} from the PLAY RECAP."""
+        return {host: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
+                for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", self.output, re.M)}
+
+
+def playbook(inventory, play, *extra_vars, check=False, env=None, timeout=1800):
+    """ansible-playbook -i INVENTORY PLAY -e ... as a user runs it, from the repo root.
+
+    Output goes to a file, not a pipe, and the end is taken when the process exits: that is
+    the moment the user has the answer."""
+    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(play)]
+    if check:
+        argv.append("--check")
+    for item in extra_vars:
+        argv += ["-e", item]
+    tmp = RESULTS / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w+", dir=tmp, suffix=".out") as out, \
+            tempfile.NamedTemporaryFile("r", dir=tmp, suffix=".timeline.json") as timeline:
+        started = time.time()
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=ansible_env({"BENCH_TIMELINE": timeline.name, **(env or {})}))
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        ended = time.time()
+        out.seek(0)
+        output = out.read()
+        try:
+            data = json.loads(Path(timeline.name).read_text() or "null")
+        except (OSError, ValueError):
+            data = None
+    return Run(rc, started, ended, output, data)
+
+
+def local_cluster(*args):
+    proc = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"local-cluster {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+    return proc.stdout
+
+
+class Cluster:
+    """A benchmark cluster from bench/inventory: brought up if it is not, taken down only if it
+    was brought up here."""
+
+    def __init__(self, inventory, accounting=False):
+        self.inventory = inventory
+        self.accounting = accounting
+        self.brought_up = False
+        self.report = None
+
+    def status(self):
+        return json.loads(local_cluster("status", "-i", str(self.inventory), "--json"))
+
+    def up(self):
+        report = self.status()
+        if not report["up"]:
+            log(f"bringing up {report['cluster']} ({self.inventory.relative_to(REPO)})")
+            local_cluster("up", "-i", str(self.inventory), *(["--accounting"] if self.accounting else []))
+            self.brought_up = True
+            report = self.status()
+        elif self.accounting and not report.get("accounting"):
+            log(f"{report['cluster']} was already up without accounting: slurmdbd figures are left out")
+        self.report = report
+        self.env = {**os.environ, "SLURM_CONF": report["slurm_conf"]}
+        self.nas = Path(report["nas"])
+        self.has_dbd = bool(report.get("accounting"))
+        return self
+
+    def down(self, keep):
+        if self.brought_up and not keep:
+            log(f"taking down {self.report['cluster']}")
+            local_cluster("down", "-i", str(self.inventory))
+
+    def slurm(self, *argv, cwd=None):
+        return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, cwd=cwd, timeout=120)
+
+    def ctld_rpcs(self):
+        return benchlib.rpc_counts(self.slurm("sdiag").stdout)
+
+    def dbd_rpcs(self):
+        return benchlib.rpc_counts(self.slurm("sacctmgr", "show", "stats").stdout) if self.has_dbd else {}
+
+
+class LoadProbe:
+    """Slurm RPCs received between two snapshots: sdiag for slurmctld, `sacctmgr show stats`
+    for slurmdbd. The probes' own RPCs are taken out: sdiag's by type, sacctmgr's as
+    calibrated on an idle cluster (the difference between two snapshots in a row)."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.dbd_probe_cost = {}
+        if cluster.has_dbd:
+            first = cluster.dbd_rpcs()
+            second = cluster.dbd_rpcs()
+            self.dbd_probe_cost = benchlib.rpc_delta(first, second)
+
+    def start(self):
+        self.before = (self.cluster.ctld_rpcs(), self.cluster.dbd_rpcs())
+
+    def stop(self):
+        after = (self.cluster.ctld_rpcs(), self.cluster.dbd_rpcs())
+        ctld = {kind: n for kind, n in benchlib.rpc_delta(self.before[0], after[0]).items() if kind not in CTLD_IGNORED}
+        dbd = benchlib.rpc_delta(self.before[1], after[1], minus=self.dbd_probe_cost) if self.cluster.has_dbd else None
+        return ctld, dbd
+
+
+class LogWatcher(threading.Thread):
+    """Notes when the training's last line ("training complete") shows up in the job's log,
+    looking every 10 ms: the training prints no timestamps, and this is the moment a person
+    watching the log would see it."""
+
+    LAST_LINE = "training complete"
+
+    def __init__(self, job_dir, job_name):
+        super().__init__(daemon=True)
+        self.job_dir, self.job_name = Path(job_dir), job_name
+        self.ignore = set(self.job_dir.glob(f"{job_name}-*.out"))  # an earlier job's log
+        self.last_line_at = None
+        self.done = threading.Event()
+
+    def run(self):
+        offsets = {}
+        while not self.done.is_set() and self.last_line_at is None:
+            for path in self.job_dir.glob(f"{self.job_name}-*.out") if self.job_dir.is_dir() else ():
+                if path in self.ignore:
+                    continue
+                try:
+                    with open(path, "rb") as handle:
+                        handle.seek(offsets.get(path, 0))
+                        data = handle.read()
+                except OSError:
+                    continue
+                complete = data[:data.rfind(b"\n") + 1]
+                offsets[path] = offsets.get(path, 0) + len(complete)
+                if self.LAST_LINE.encode() in complete:
+                    self.last_line_at = time.time()
+            self.done.wait(0.01)
+
+    def stop(self):
+        self.done.set()
+        self.join(timeout=5)
+        return self.last_line_at
+
+
+def marker_time(job_dir, job_id):
+    """When the job script ended: the mtime of the end marker it writes (templates/train.sbatch.j2)."""
+    try:
+        return (Path(job_dir) / f".{job_id}.ended").stat().st_mtime_ns / 1e9
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Profiles: what dominates a run, from its task timeline.
+# ---------------------------------------------------------------------------------------------
+
+def phases(run):
+    """Process start to first task (interpreter, imports, inventory, playbook and roles), the
+    tasks, and last task to exit."""
+    tasks = (run.timeline or {}).get("tasks", [])
+    if not tasks:
+        return None
+    first, last = tasks[0]["start"], max((t["end"] or t["start"]) for t in tasks)
+    ran = [t for t in tasks if set(t["status"]) - {"skipped"}]
+    return {"startup": first - run.started, "tasks": last - first, "exit": run.ended - last,
+            "tasks_run": len(ran), "tasks_skipped": len(tasks) - len(ran)}
+
+
+def profile(runs, top=8):
+    """Median of each phase and of the slowest tasks over several runs of the same playbook."""
+    per_phase = [p for p in (phases(run) for run in runs) if p]
+    per_task, per_action = {}, {}
+    for index, run in enumerate(runs):
+        for task in (run.timeline or {}).get("tasks", []):
+            seconds = (task["end"] or task["start"]) - task["start"]
+            per_task.setdefault(task["name"], []).append(seconds)
+            # Per run, the time spent in each kind of task (modules, set_fact, assert, ...).
+            action = per_action.setdefault(task["action"].rsplit(".", 1)[-1], [0.0] * len(runs))
+            action[index] += seconds
+    slowest = sorted(((benchlib.summary(v)["median"], name) for name, v in per_task.items()), reverse=True)[:top]
+    return {
+        "phases": {key: benchlib.summary([p[key] for p in per_phase])["median"] for key in
+                   ("startup", "tasks", "exit", "tasks_run", "tasks_skipped")} if per_phase else None,
+        "slowest_tasks": [{"task": name, "median_s": round(seconds, 3)} for seconds, name in slowest],
+        "seconds_by_action": dict(sorted(((action, round(benchlib.summary(v)["median"], 3))
+                                          for action, v in per_action.items()), key=lambda item: -item[1])),
+    }
+
+
+def after_end(run, end):
+    """The tasks that were running or ran after the job's end, with the time each took after it."""
+    spans = []
+    for task in (run.timeline or {}).get("tasks", []):
+        finish = task["end"] or task["start"]
+        if end is not None and finish > end:
+            spans.append({"task": task["name"], "after_end_s": round(finish - max(task["start"], end), 3),
+                          "skipped": set(task["status"]) == {"skipped"}})
+    return spans
+
+
+# ---------------------------------------------------------------------------------------------
+# The figures. Each returns (rows, details); a row is what the table prints.
+# ---------------------------------------------------------------------------------------------
+
+def row(figure, measured, samples, unit, ratios=(), goal=None, **extra):
+    return {"figure": figure, "measured": measured, "unit": unit, "samples": samples,
+            **benchlib.summary(samples), "ratios": list(ratios), "goal": goal, **extra}
+
+
+def against(value_row, base_row, name):
+    return {"against": name, "ratio": benchlib.ratio(value_row["median"], base_row["median"])}
+
+
+def verdict(met, text):
+    if met is None:
+        return f"{text}: not measured"
+    return f"{text}: {'met' if met else 'missed'}"
+
+
+def launch_args(name, *extra):
+    return [f"nodes={NODES_2}", f"script={TRAINER}", "nproc_per_node=2", f"job_name={name}",
+            f"slurm_launch_outputs_dir={RESULTS / 'outputs'}", *extra]
+
+
+def job_id_of(run):
+    match = re.search(r"Job (\d+) \(", run.output) or re.search(r"^job\s+(\d+) \(", run.output, re.M)
+    return int(match.group(1)) if match else None
+
+
+def bench_submission(cluster, reps):
+    """launch.yml -e wait=false, the one-task floor and a hand sbatch, on the same script. Jobs
+    are submitted held (--hold, a directive of the rendered script) and cancelled at once: the
+    figure is the submission, not the job."""
+    held = json.dumps({"slurm_launch_extra_directives": ["--hold"]})
+    times = {"launch": [], "floor": [], "sbatch": []}
+    launches = []
+    for rep in range(reps + 1):  # the first is a warm-up (page cache, .pyc), not counted
+        name = unique("bench-sub")
+        launch = playbook(INVENTORY_2, "launch.yml", *launch_args(name, "wait=false"), held)
+        if launch.rc != 0:
+            raise RuntimeError(f"launch.yml wait=false failed:\n{launch.tail()}")
+        script = cluster.nas / "jobs" / name / f"{name}.sbatch"
+        floor = playbook(INVENTORY_2, BENCH / "floor.yml", f"bench_script={script}")
+        if floor.rc != 0:
+            raise RuntimeError(f"bench/floor.yml failed:\n{floor.tail()}")
+        started = time.time()
+        hand = cluster.slurm("sbatch", "--parsable", str(script), cwd=script.parent)
+        hand_seconds = time.time() - started
+        if hand.returncode != 0:
+            raise RuntimeError(f"sbatch failed: {hand.stderr}")
+        cluster.slurm("scancel", "--name", name)
+        if rep:
+            times["launch"].append(launch.seconds)
+            times["floor"].append(floor.seconds)
+            times["sbatch"].append(hand_seconds)
+            launches.append(launch)
+        log(f"submission {rep or 'warm-up'}: launch {launch.seconds:.2f} s, floor {floor.seconds:.2f} s, "
+            f"sbatch {hand_seconds:.3f} s")
+    sbatch = row("1 submission", "hand sbatch (same script)", times["sbatch"], "s")
+    floor = row("1 submission", "Ansible floor (one-task playbook running that sbatch)", times["floor"], "s")
+    launch = row("1 submission", "launch.yml -e wait=false", times["launch"], "s")
+    launch["ratios"] = [against(launch, floor, "floor"), against(launch, sbatch, "sbatch")]
+    met = None if launch["ratios"][0]["ratio"] is None else launch["ratios"][0]["ratio"] <= 1.25
+    launch["goal"] = verdict(met, "<= 1.25x floor")
+    details = {"launch_profile": profile(launches)}
+    return [sbatch, floor, launch], details
+
+
+def hand_follow(cluster, script):
+    """What a person does by hand: sbatch, then `squeue -j ID` every second until the job is
+    gone from it, then one scontrol for the exit code. Returns (job id, exit code, answer time)."""
+    submitted = cluster.slurm("sbatch", "--parsable", str(script), cwd=script.parent)
+    if submitted.returncode != 0:
+        raise RuntimeError(f"sbatch failed: {submitted.stderr}")
+    job_id = int(submitted.stdout.strip().split(";")[0])
+    while cluster.slurm("squeue", "-h", "-j", str(job_id), "-o", "%T").stdout.strip():
+        time.sleep(1)
+    record = cluster.slurm("scontrol", "show", "job", "-o", str(job_id)).stdout
+    answered = time.time()
+    match = re.search(r"\bExitCode=(\d+):\d+", record)
+    state = re.search(r"\bJobState=(\S+)", record)
+    return job_id, (int(match.group(1)) if match else None), (state.group(1) if state else None), answered
+
+
+def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every):
+    """Launches followed to their end, each followed by a hand run of the very script it
+    rendered (its checkpoints removed first, so that it trains from scratch as well)."""
+    script_args = json.dumps({"script_args": f"--steps {steps} --step-sleep {step_sleep} --log-every {log_every}"})
+    samples = {k: [] for k in ("launch_line", "launch_marker", "hand_line", "hand_marker", "launch_ctld",
+                               "hand_ctld", "launch_dbd", "hand_dbd", "launch_job_s", "hand_job_s")}
+    runs, rpc_breakdown, answer_profiles = [], [], []
+    for rep in range(reps):
+        name = unique(f"bench-{kind}")
+        job_dir = cluster.nas / "jobs" / name
+        watcher = LogWatcher(job_dir, name)
+        watcher.start()
+        probe.start()
+        launch = playbook(INVENTORY_2, "launch.yml", *launch_args(name), script_args)
+        ctld, dbd = probe.stop()
+        line_at = watcher.stop()
+        if launch.rc != 0:
+            raise RuntimeError(f"launch.yml failed:\n{launch.tail()}")
+        job_id = job_id_of(launch)
+        marker_at = marker_time(job_dir, job_id)
+        samples["launch_line"].append(None if line_at is None else launch.ended - line_at)
+        samples["launch_marker"].append(None if marker_at is None else launch.ended - marker_at)
+        samples["launch_ctld"].append(sum(ctld.values()))
+        samples["launch_dbd"].append(None if dbd is None else sum(dbd.values()))
+        samples["launch_job_s"].append(launch.seconds)
+        runs.append(launch)
+        answer_profiles.append({"answer_after_last_line_s": samples["launch_line"][-1],
+                                "answer_after_marker_s": samples["launch_marker"][-1],
+                                "after_job_end": after_end(launch, marker_at)})
+
+        # The hand run of the same script.
+        shutil.rmtree(job_dir / "checkpoints", ignore_errors=True)
+        script = job_dir / f"{name}.sbatch"
+        watcher = LogWatcher(job_dir, name)
+        watcher.start()
+        probe.start()
+        started = time.time()
+        hand_id, exit_code, state, answered = hand_follow(cluster, script)
+        hand_ctld, hand_dbd = probe.stop()
+        hand_line = watcher.stop()
+        hand_marker = marker_time(job_dir, hand_id)
+        samples["hand_line"].append(None if hand_line is None else answered - hand_line)
+        samples["hand_marker"].append(None if hand_marker is None else answered - hand_marker)
+        samples["hand_ctld"].append(sum(hand_ctld.values()))
+        samples["hand_dbd"].append(None if hand_dbd is None else sum(hand_dbd.values()))
+        samples["hand_job_s"].append(answered - started)
+        rpc_breakdown.append({"launch": {"slurmctld": ctld, "slurmdbd": dbd},
+                              "hand": {"slurmctld": hand_ctld, "slurmdbd": hand_dbd}})
+        log(f"{kind} {rep + 1}/{reps}: launch job {job_id} answered {samples['launch_line'][-1]:.2f} s after the "
+            f"last line, {samples['launch_ctld'][-1]} slurmctld + {samples['launch_dbd'][-1]} slurmdbd RPCs; "
+            f"hand job {hand_id} ({state}, exit {exit_code}) {samples['hand_line'][-1]:.2f} s, "
+            f"{samples['hand_ctld'][-1]} + {samples['hand_dbd'][-1]} RPCs")
+
+    label = {"short": "short job", "long": "long job"}[kind]
+    figure2, figure3 = f"2 answer, {label}", f"3 load, {label}"
+    hand_line = row(figure2, "hand sbatch + 1 s squeue loop: after the training's last line", samples["hand_line"], "s")
+    launch_line = row(figure2, "launch.yml: after the training's last line", samples["launch_line"], "s")
+    launch_line["ratios"] = [against(launch_line, hand_line, "hand")]
+    launch_line["goal"] = verdict(None if launch_line["median"] is None else launch_line["median"] <= 0.5,
+                                  "<= 0.5 s")
+    hand_marker = row(figure2, "hand: after the job script's end marker", samples["hand_marker"], "s")
+    launch_marker = row(figure2, "launch.yml: after the job script's end marker", samples["launch_marker"], "s")
+    launch_marker["ratios"] = [against(launch_marker, hand_marker, "hand")]
+    wall = row(figure2, "launch.yml wall time, submission to answer", samples["launch_job_s"], "s")
+    hand_wall = row(figure2, "hand wall time, sbatch to answer", samples["hand_job_s"], "s")
+    wall["ratios"] = [against(wall, hand_wall, "hand")]
+
+    share = 0.25 if kind == "short" else 0.05
+    hand_ctld = row(figure3, "hand loop: slurmctld RPCs", samples["hand_ctld"], "")
+    launch_ctld = row(figure3, "launch.yml: slurmctld RPCs", samples["launch_ctld"], "")
+    launch_ctld["ratios"] = [against(launch_ctld, hand_ctld, "hand")]
+    rows = [hand_line, launch_line, hand_marker, launch_marker, hand_wall, wall, hand_ctld, launch_ctld]
+    totals_hand = [c + (d or 0) for c, d in zip(samples["hand_ctld"], samples["hand_dbd"])]
+    totals_launch = [c + (d or 0) for c, d in zip(samples["launch_ctld"], samples["launch_dbd"])]
+    if cluster.has_dbd:
+        hand_dbd = row(figure3, "hand loop: slurmdbd RPCs", samples["hand_dbd"], "")
+        launch_dbd = row(figure3, "launch.yml: slurmdbd RPCs", samples["launch_dbd"], "")
+        launch_dbd["ratios"] = [against(launch_dbd, hand_dbd, "hand")]
+        rows += [hand_dbd, launch_dbd]
+    hand_total = row(figure3, "hand loop: slurmctld + slurmdbd RPCs", totals_hand, "")
+    launch_total = row(figure3, "launch.yml: slurmctld + slurmdbd RPCs", totals_launch, "")
+    launch_total["ratios"] = [against(launch_total, hand_total, "hand")]
+    ratio_value = launch_total["ratios"][0]["ratio"]
+    launch_total["goal"] = verdict(None if ratio_value is None else ratio_value <= share,
+                                   f"<= 1/{round(1 / share)} of hand")
+    rows += [hand_total, launch_total]
+    details = {"job": {"steps": steps, "step_sleep": step_sleep, "log_every": log_every, "nodes": 2,
+                       "nproc_per_node": 2},
+               "samples": samples, "rpc_breakdown": rpc_breakdown, "launch_profile": profile(runs),
+               "answer_profiles": answer_profiles}
+    return rows, details
+
+
+def installer_checksums():
+    digest = {}
+    for key, name in (("cuda_toolkit_runfile_checksum", "cuda_11.8.0_520.61.05_linux.run"),
+                      ("conda_installer_checksum", "Miniforge3-Linux-x86_64.sh")):
+        digest[key] = "sha256:" + hashlib.sha256((BENCH / "standins" / name).read_bytes()).hexdigest()
+    return json.dumps(digest)
+
+
+class Provisioner:
+    """provision.yml on a benchmark cluster, the NAS installers' runs counted."""
+
+    def __init__(self, cluster, inventory):
+        self.cluster, self.inventory = cluster, inventory
+        self.installer_log = RESULTS / "tmp" / f"installers-{inventory.name}.log"
+        self.first = None
+
+    def run(self):
+        self.installer_log.parent.mkdir(parents=True, exist_ok=True)
+        self.installer_log.touch()
+        before = len(self.installer_log.read_text().splitlines())
+        run = playbook(self.inventory, "provision.yml", installer_checksums(),
+                       env={"BENCH_INSTALLER_LOG": str(self.installer_log)})
+        if run.rc != 0:
+            raise RuntimeError(f"provision.yml on {self.inventory.name} failed:\n{run.tail(40)}")
+        lines = self.installer_log.read_text().splitlines()[before:]
+        run.installers = {kind: sum(1 for line in lines if line.startswith(kind + " ")) for kind in ("cuda", "miniforge")}
+        return run
+
+    def first_run(self):
+        """The first provision.yml of this cluster (a no-op if its NAS was provisioned before)."""
+        if self.first is None:
+            self.first = self.run()
+            log(f"first provision.yml on {self.inventory.name}: {self.first.seconds:.1f} s, "
+                f"installers ran {self.first.installers}")
+        return self.first
+
+
+def bench_provision(provisioners, reps):
+    rows, details, base = [], {}, None
+    for nodes, prov in provisioners:
+        first = prov.first_run()
+        seconds, changed, runs = [], [], []
+        for rep in range(reps):
+            run = prov.run()
+            seconds.append(run.seconds)
+            changed.append(sum(host.get("changed", 0) for host in run.recap().values()))
+            runs.append(run)
+            log(f"second provision.yml on {nodes} nodes, {rep + 1}/{reps}: {run.seconds:.1f} s, changed={changed[-1]}")
+        second = row("4 provision", f"second provision.yml, {nodes} nodes (changed={max(changed)})", seconds, "s")
+        if base is None:
+            base = second
+        else:
+            second["ratios"] = [against(second, base, "2 nodes")]
+        runs_total = sum(first.installers.values()) + sum(sum(r.installers.values()) for r in runs)
+        fresh = first.recap().get("localhost", {}).get("changed", 0) > 0
+        installers = row("4 provision", f"NAS installer runs, {nodes}-node cluster, all {reps + 1} provisions "
+                         f"(cuda {first.installers['cuda']}, miniforge {first.installers['miniforge']})",
+                         [runs_total], "",
+                         goal=verdict(runs_total == 2 if fresh else None, "once each per NAS"))
+        rows += [second, installers]
+        details[f"{nodes}_nodes"] = {"first_seconds": first.seconds, "first_installers": first.installers,
+                                     "first_changed": first.recap(), "nas_was_fresh": fresh,
+                                     "second_changed": changed, "profile": profile(runs)}
+    return rows, details
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering at scale: a generated inventory, Slurm played back by bench/fakeslurm.
+# ---------------------------------------------------------------------------------------------
+
+def scale_inventory(directory, count):
+    """An inventory with `count` nodes in group bench_big, and what fake Slurm answers for them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    names = [f"big{i:04d}" for i in range(1, count + 1)]
+    nas = directory / "nas"
+    (nas / "jobs").mkdir(parents=True, exist_ok=True)
+    hosts = {"all": {"children": {
+        "submit": {"hosts": {"localhost": {"ansible_connection": "local",
+                                           "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
+        "compute": {"children": {"bench_big": {
+            "hosts": {name: {"ansible_host": f"10.{90 + i // 65000}.{(i // 250) % 256}.{i % 250 + 1}"}
+                      for i, name in enumerate(names)},
+            "vars": {"cluster_node_gpus": 8, "cluster_node_cpus": 16}}}}}}}
+    (directory / "hosts.yml").write_text(json.dumps(hosts))
+    (directory / "group_vars").mkdir(exist_ok=True)
+    (directory / "group_vars" / "all.yml").write_text(json.dumps({
+        "cluster_name": "benchbig", "cluster_nas_root": str(nas), "cluster_venv": str(REPO / ".venv")}))
+    fake = directory / "fakeslurm"
+    fake.mkdir(exist_ok=True)
+    (fake / "sinfo.out").write_text("".join(f"{name}|bench_big|idle|16|gpu:8\n" for name in names))
+    (fake / "squeue.out").write_text("")
+    (fake / "sbatch-test-only.err").write_text(
+        f"sbatch: Job 1 to start at 2030-01-01T00:00:00 using {16 * count} processors on nodes "
+        f"big[0001-{count:04d}] in partition bench_big\n")
+    return directory, fake, names
+
+
+def bench_render(reps):
+    rows, details, runs_by = [], {}, {}
+    base = None
+    variants = [("2 nodes, group=bench_big num_nodes=2", 2, ["group=bench_big", "num_nodes=2"]),
+                ("1,000 nodes, group=bench_big num_nodes=1000", 1000, ["group=bench_big", "num_nodes=1000"]),
+                ("1,000 nodes, nodes=big[0001-1000]", 1000, ["nodes=big[0001-1000]"])]
+    with tempfile.TemporaryDirectory(dir=RESULTS / "tmp") as tmp:
+        made = {count: scale_inventory(Path(tmp) / f"nodes{count}", count) for count in (2, 1000)}
+        for label, count, request in variants:
+            inventory, fake, _ = made[count]
+            env = {"PATH": f"{BENCH / 'fakeslurm'}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}",
+                   "BENCH_FAKE_SLURM": str(fake)}
+            seconds, runs = [], []
+            for rep in range(reps + 1):  # the first is a warm-up
+                run = playbook(inventory, "launch.yml", f"script={TRAINER}", "nproc_per_node=2",
+                               f"job_name={unique('bench-render')}", *request, check=True, env=env)
+                if run.rc != 0:
+                    raise RuntimeError(f"launch.yml --check ({label}) failed:\n{run.tail(40)}")
+                if rep:
+                    seconds.append(run.seconds)
+                    runs.append(run)
+            log(f"render {label}: median {benchlib.summary(seconds)['median']:.2f} s")
+            result = row("5 render", f"launch.yml --check, {label}", seconds, "s")
+            if base is None:
+                base = result
+            else:
+                result["ratios"] = [against(result, base, "2 nodes")]
+            rows.append(result)
+            runs_by[label] = profile(runs)
+    details["profiles"] = runs_by
+    return rows, details
+
+
+# ---------------------------------------------------------------------------------------------
+
+def machine():
+    cpu = ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    slurm = subprocess.run(["sinfo", "-V"], capture_output=True, text=True).stdout.strip()
+    ansible = subprocess.run([str(BIN / "ansible-playbook"), "--version"], capture_output=True, text=True,
+                             env=ansible_env()).stdout.splitlines()[:1]
+    return {"cores": os.cpu_count(), "cpu": cpu, "kernel": platform.release(), "python": platform.python_version(),
+            "slurm": slurm, "ansible": ansible[0] if ansible else "", "load_average_at_start": os.getloadavg()}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     epilog="make bench BENCH_ARGS='--only answer --reps 1 --long-seconds 0'")
+    parser.add_argument("--only", default=",".join(FIGURES),
+                        help=f"comma-separated figures to measure, of {', '.join(FIGURES)} (default all)")
+    parser.add_argument("--reps", type=int, default=None,
+                        help="repetitions of every short measurement (default: submission 5, answer 3, "
+                             "provision 3, render 3)")
+    parser.add_argument("--long-reps", type=int, default=1, help="repetitions of the long job (default 1)")
+    parser.add_argument("--long-seconds", type=int, default=300,
+                        help="about how long the long job trains, in seconds; 0 skips it (default 300)")
+    parser.add_argument("--short-steps", type=int, default=20, help="steps of the short job (default 20)")
+    parser.add_argument("--keep-up", action="store_true", help="leave the benchmark clusters up afterwards")
+    args = parser.parse_args(argv)
+    args.only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = set(args.only) - set(FIGURES)
+    if unknown:
+        parser.error(f"unknown figure(s) {', '.join(sorted(unknown))}; choose from {', '.join(FIGURES)}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    reps = {"submission": 5, "answer": 3, "provision": 3, "render": 3}
+    if args.reps is not None:
+        reps = dict.fromkeys(reps, args.reps)
+    (RESULTS / "tmp").mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(RESULTS / "outputs", ignore_errors=True)
+    started = time.time()
+    result = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": machine(),
+              "config": {**vars(args), "reps": reps}, "rows": [], "details": {}, "errors": []}
+    clusters = []
+
+    def measure(name, function, *fargs):
+        # A failed figure is reported and the others still run: a benchmark prints, it does not fail.
+        try:
+            rows, details = function(*fargs)
+            result["rows"] += rows
+            result["details"][name] = details
+        except Exception as error:  # noqa: BLE001 - reported in the table's output and JSON
+            log(f"{name} could not be measured: {error}\n{traceback.format_exc()}")
+            result["errors"].append({"figure": name, "error": str(error), "traceback": traceback.format_exc()})
+
+    try:
+        need_2 = {"submission", "answer", "provision"} & set(args.only)
+        if need_2:
+            bench2 = Cluster(INVENTORY_2, accounting=True).up()
+            clusters.append(bench2)
+            prov2 = Provisioner(bench2, INVENTORY_2)
+            # Jobs activate the conda env provision.yml installs on the NAS.
+            prov2.first_run()
+        if "submission" in args.only:
+            measure("submission", bench_submission, bench2, reps["submission"])
+        if "answer" in args.only:
+            probe = LoadProbe(bench2)
+            measure("answer_short", bench_answer, bench2, probe, "short", reps["answer"], args.short_steps, 0.25, 5)
+            if args.long_seconds > 0 and args.long_reps > 0:
+                measure("answer_long", bench_answer, bench2, probe, "long", args.long_reps, args.long_seconds, 1.0, 30)
+        if "provision" in args.only:
+            bench4 = Cluster(INVENTORY_4).up()
+            clusters.append(bench4)
+            measure("provision", bench_provision, [(2, prov2), (4, Provisioner(bench4, INVENTORY_4))],
+                    reps["provision"])
+            bench4.down(args.keep_up)
+            clusters.remove(bench4)
+        if "render" in args.only:
+            measure("render", bench_render, reps["render"])
+    finally:
+        for cluster in clusters:
+            cluster.down(args.keep_up)
+    result["seconds"] = time.time() - started
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for path in (RESULTS / f"bench-{stamp}.json", RESULTS / "latest.json"):
+        path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (RESULTS / "latest.md").write_text(benchlib.markdown_table(result["rows"]) + "\n")
+    print()
+    print(benchlib.text_table(result["rows"]))
+    for error in result["errors"]:
+        print(f"not measured: {error['figure']}: {error['error'].splitlines()[0]}")
+    print(f"\n{len(result['rows'])} figures in {result['seconds'] / 60:.1f} min; JSON in "
+          f"{(RESULTS / 'latest.json').relative_to(REPO)}, table in {(RESULTS / 'latest.md').relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

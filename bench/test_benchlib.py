@@ -1,0 +1,64 @@
+"""bench/benchlib.py on recorded Slurm output: `pytest bench/test_benchlib.py` (not part of make test)."""
+
+import benchlib
+
+SDIAG = """\
+Remote Procedure Call statistics by message type
+	REQUEST_FED_INFO                        ( 2049) count:7      ave_time:199    total_time:1399
+	REQUEST_JOB_INFO_SINGLE                 ( 2021) count:7      ave_time:92     total_time:650
+	REQUEST_STATS_INFO                      ( 2035) count:3      ave_time:136    total_time:410
+
+Remote Procedure Call statistics by user
+	root            (       0) count:17     ave_time:349    total_time:2098
+
+Pending RPC statistics
+	No pending RPCs
+"""
+
+SACCTMGR_STATS = """\
+*******************************************************************
+sacctmgr show stats output at Thu Dec 03 07:54:30 2026 (1796284470)
+*******************************************************************
+
+Remote Procedure Call statistics by message type
+	DBD_FINI                 ( 1401) count:8      ave_time:401    total_time:3215
+	SLURM_PERSIST_INIT       ( 6500) count:5      ave_time:1105   total_time:5526
+	DBD_GET_STATS            ( 1489) count:1      ave_time:49     total_time:49
+
+Remote Procedure Call statistics by user
+	root                (         0) count:14     ave_time:4848   total_time:145465
+"""
+
+
+def test_rpc_counts_reads_only_the_by_type_section():
+    assert benchlib.rpc_counts(SDIAG) == {"REQUEST_FED_INFO": 7, "REQUEST_JOB_INFO_SINGLE": 7, "REQUEST_STATS_INFO": 3}
+    assert benchlib.rpc_counts(SACCTMGR_STATS) == {"DBD_FINI": 8, "SLURM_PERSIST_INIT": 5, "DBD_GET_STATS": 1}
+    assert benchlib.rpc_counts("") == {}
+
+
+def test_rpc_delta_takes_out_the_probe_and_drops_what_did_not_grow():
+    before = {"DBD_FINI": 8, "DBD_GET_STATS": 1, "DBD_JOB_COMPLETE": 2}
+    after = {"DBD_FINI": 12, "DBD_GET_STATS": 2, "DBD_JOB_COMPLETE": 2, "DBD_STEP_START": 2}
+    probe = {"DBD_FINI": 2, "DBD_GET_STATS": 1}
+    assert benchlib.rpc_delta(before, after, minus=probe) == {"DBD_FINI": 2, "DBD_STEP_START": 2}
+
+
+def test_summary_and_ratio():
+    assert benchlib.summary([3.0, 1.0, 2.0, None]) == {"n": 3, "median": 2.0, "min": 1.0, "max": 3.0}
+    assert benchlib.summary([])["median"] is None
+    assert benchlib.ratio(5.0, 2.0) == 2.5
+    assert benchlib.ratio(5.0, 0) is None and benchlib.ratio(None, 1.0) is None
+
+
+def test_tables_show_each_row_with_its_ratios():
+    rows = [{"figure": "1 submission", "measured": "floor", "unit": "s", "n": 3, "median": 0.97, "min": 0.9,
+             "max": 1.2, "ratios": [], "goal": None},
+            {"figure": "1 submission", "measured": "launch | wait=false", "unit": "s", "n": 3, "median": 4.94,
+             "min": 4.8, "max": 5.1, "ratios": [{"against": "floor", "ratio": 5.09}], "goal": "<= 1.25x floor: missed"}]
+    text = benchlib.text_table(rows).splitlines()
+    assert text[0].split() == ["figure", "measured", "n", "median", "min", "max", "ratio", "goal"]
+    assert "5.09x floor" in text[3] and "4.94 s" in text[3]
+    markdown = benchlib.markdown_table(rows).splitlines()
+    assert markdown[3] == ("| 1 submission | launch \\| wait=false | 3 | 4.94 s | 4.80 s | 5.10 s | 5.09x floor "
+                           "| <= 1.25x floor: missed |")
+    assert markdown[2].startswith("| 1 submission | floor | 3 | 0.970 s |")
