@@ -105,7 +105,9 @@ def test_without_restarts_the_job_ends_at_its_time_limit_with_its_checkpoint(clu
 
 def test_an_interrupted_launch_run_again_follows_the_same_job(cluster, tmp_path):
     name = unique_job_name("rerun")
-    request = training(name, steps=16)
+    # Long enough (25 s) that the job still runs when the second launch, started after the first
+    # one stopped, asks for it on a loaded machine; 16 steps (8 s) ended first in 1 CI run of 3.
+    request = training(name, steps=50)
     first = start_launch(tmp_path, *request)
     try:
         job_id = wait_for_training(cluster, name)
@@ -117,8 +119,8 @@ def test_an_interrupted_launch_run_again_follows_the_same_job(cluster, tmp_path)
     again = start_launch(tmp_path, *request)
     out, _ = again.communicate(timeout=300)
     assert again.returncode == 0, out
-    assert f"job {job_id} ({name}): COMPLETED, exit code 0" in out
-    assert "found pending or running: not submitted again" in out
+    assert f"job {job_id} ({name}): COMPLETED, exit code 0" in out, out[-4000:]
+    assert "found pending or running: not submitted again" in out, out[-4000:]
     _, job = outputs_of(tmp_path, name)
     assert (str(job["job_id"]), job["state"]) == (job_id, "COMPLETED")
     names = cluster.slurm("scontrol", "show", "job", "-o").stdout.count(f"JobName={name} ")
