@@ -70,7 +70,10 @@ def number(value, unit=""):
 
 
 def ratio_text(value):
-    return "-" if value is None else f"{value:.2f}x"
+    # Small ratios keep a third digit: 0.054x is not "0.05x" next to a goal of 1/20.
+    if value is None:
+        return "-"
+    return f"{value:.3f}x" if value < 0.1 else f"{value:.2f}x"
 
 
 COLUMNS = ("figure", "measured", "n", "median", "min", "max", "ratio", "goal")

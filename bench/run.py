@@ -269,6 +269,7 @@ def profile(runs, top=8):
         "phases": {key: benchlib.summary([p[key] for p in per_phase])["median"] for key in
                    ("startup", "tasks", "exit", "tasks_run", "tasks_skipped")} if per_phase else None,
         "slowest_tasks": [{"task": name, "median_s": round(seconds, 3)} for seconds, name in slowest],
+        "task_medians": {name: round(benchlib.summary(v)["median"], 3) for name, v in per_task.items()},
         "seconds_by_action": dict(sorted(((action, round(benchlib.summary(v)["median"], 3))
                                           for action, v in per_action.items()), key=lambda item: -item[1])),
     }
@@ -320,7 +321,7 @@ def bench_submission(cluster, reps):
     figure is the submission, not the job."""
     held = json.dumps({"slurm_launch_extra_directives": ["--hold"]})
     times = {"launch": [], "floor": [], "sbatch": []}
-    launches = []
+    launches, floors = [], []
     for rep in range(reps + 1):  # the first is a warm-up (page cache, .pyc), not counted
         name = unique("bench-sub")
         launch = playbook(INVENTORY_2, "launch.yml", *launch_args(name, "wait=false"), held)
@@ -341,6 +342,7 @@ def bench_submission(cluster, reps):
             times["floor"].append(floor.seconds)
             times["sbatch"].append(hand_seconds)
             launches.append(launch)
+            floors.append(floor)
         log(f"submission {rep or 'warm-up'}: launch {launch.seconds:.2f} s, floor {floor.seconds:.2f} s, "
             f"sbatch {hand_seconds:.3f} s")
     sbatch = row("1 submission", "hand sbatch (same script)", times["sbatch"], "s")
@@ -349,8 +351,23 @@ def bench_submission(cluster, reps):
     launch["ratios"] = [against(launch, floor, "floor"), against(launch, sbatch, "sbatch")]
     met = None if launch["ratios"][0]["ratio"] is None else launch["ratios"][0]["ratio"] <= 1.25
     launch["goal"] = verdict(met, "<= 1.25x floor")
-    details = {"launch_profile": profile(launches)}
+    details = {"launch_profile": profile(launches), "floor_profile": profile(floors),
+               "module_floor": module_floor()}
     return [sbatch, floor, launch], details
+
+
+def module_floor(reps=5):
+    """What part of a module task is the module's own interpreter: a bare Python start, and one
+    that imports AnsibleModule as every module does (medians, seconds)."""
+    timings = {}
+    for label, code in (("python_start_s", "pass"), ("import_ansible_module_s", "import ansible.module_utils.basic")):
+        samples = []
+        for _ in range(reps):
+            started = time.time()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            samples.append(time.time() - started)
+        timings[label] = benchlib.summary(samples)["median"]
+    return timings
 
 
 def hand_follow(cluster, script):
@@ -369,13 +386,18 @@ def hand_follow(cluster, script):
     return job_id, (int(match.group(1)) if match else None), (state.group(1) if state else None), answered
 
 
-def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every):
+def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_up=False):
     """Launches followed to their end, each followed by a hand run of the very script it
     rendered (its checkpoints removed first, so that it trains from scratch as well)."""
     script_args = json.dumps({"script_args": f"--steps {steps} --step-sleep {step_sleep} --log-every {log_every}"})
     samples = {k: [] for k in ("launch_line", "launch_marker", "hand_line", "hand_marker", "launch_ctld",
-                               "hand_ctld", "launch_dbd", "hand_dbd", "launch_job_s", "hand_job_s")}
+                               "hand_ctld", "launch_dbd", "hand_dbd", "launch_job_s", "hand_job_s", "job_elapsed_s", "job_tail")}
     runs, rpc_breakdown, answer_profiles = [], [], []
+    if warm_up:
+        # The first job on a cluster pays for cold caches (torch from the NAS env): not counted.
+        started = time.time()
+        playbook(INVENTORY_2, "launch.yml", *launch_args(unique(f"bench-{kind}-warm-up")), script_args)
+        log(f"{kind} warm-up job: {time.time() - started:.1f} s")
     for rep in range(reps):
         name = unique(f"bench-{kind}")
         job_dir = cluster.nas / "jobs" / name
@@ -387,10 +409,13 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every):
         line_at = watcher.stop()
         if launch.rc != 0:
             raise RuntimeError(f"launch.yml failed:\n{launch.tail()}")
-        job_id = job_id_of(launch)
+        job = next((json.loads(path.read_text()) for path in (RESULTS / "outputs").glob(f"{name}-*/job.json")), {})
+        job_id = job.get("job_id") or job_id_of(launch)
+        samples["job_elapsed_s"].append(job.get("elapsed_seconds"))
         marker_at = marker_time(job_dir, job_id)
         samples["launch_line"].append(None if line_at is None else launch.ended - line_at)
         samples["launch_marker"].append(None if marker_at is None else launch.ended - marker_at)
+        samples["job_tail"].append(None if None in (marker_at, line_at) else marker_at - line_at)
         samples["launch_ctld"].append(sum(ctld.values()))
         samples["launch_dbd"].append(None if dbd is None else sum(dbd.values()))
         samples["launch_job_s"].append(launch.seconds)
@@ -412,12 +437,13 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every):
         hand_marker = marker_time(job_dir, hand_id)
         samples["hand_line"].append(None if hand_line is None else answered - hand_line)
         samples["hand_marker"].append(None if hand_marker is None else answered - hand_marker)
+        samples["job_tail"].append(None if None in (hand_marker, hand_line) else hand_marker - hand_line)
         samples["hand_ctld"].append(sum(hand_ctld.values()))
         samples["hand_dbd"].append(None if hand_dbd is None else sum(hand_dbd.values()))
         samples["hand_job_s"].append(answered - started)
         rpc_breakdown.append({"launch": {"slurmctld": ctld, "slurmdbd": dbd},
                               "hand": {"slurmctld": hand_ctld, "slurmdbd": hand_dbd}})
-        log(f"{kind} {rep + 1}/{reps}: launch job {job_id} answered {samples['launch_line'][-1]:.2f} s after the "
+        log(f"{kind} {rep + 1}/{reps}: launch job {job_id} ({job.get('state')}, {job.get('elapsed_seconds')} s) answered {samples['launch_line'][-1]:.2f} s after the "
             f"last line, {samples['launch_ctld'][-1]} slurmctld + {samples['launch_dbd'][-1]} slurmdbd RPCs; "
             f"hand job {hand_id} ({state}, exit {exit_code}) {samples['hand_line'][-1]:.2f} s, "
             f"{samples['hand_ctld'][-1]} + {samples['hand_dbd'][-1]} RPCs")
@@ -432,6 +458,9 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every):
     hand_marker = row(figure2, "hand: after the job script's end marker", samples["hand_marker"], "s")
     launch_marker = row(figure2, "launch.yml: after the job script's end marker", samples["launch_marker"], "s")
     launch_marker["ratios"] = [against(launch_marker, hand_marker, "hand")]
+    # The part of the answer time no follower can save: the job script ends (srun, torchrun and
+    # the batch shell exit) this long after the training's last line.
+    tail = row(figure2, "job script's end marker after the training's last line (both)", samples["job_tail"], "s")
     wall = row(figure2, "launch.yml wall time, submission to answer", samples["launch_job_s"], "s")
     hand_wall = row(figure2, "hand wall time, sbatch to answer", samples["hand_job_s"], "s")
     wall["ratios"] = [against(wall, hand_wall, "hand")]
@@ -440,7 +469,7 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every):
     hand_ctld = row(figure3, "hand loop: slurmctld RPCs", samples["hand_ctld"], "")
     launch_ctld = row(figure3, "launch.yml: slurmctld RPCs", samples["launch_ctld"], "")
     launch_ctld["ratios"] = [against(launch_ctld, hand_ctld, "hand")]
-    rows = [hand_line, launch_line, hand_marker, launch_marker, hand_wall, wall, hand_ctld, launch_ctld]
+    rows = [hand_line, launch_line, tail, hand_marker, launch_marker, hand_wall, wall, hand_ctld, launch_ctld]
     totals_hand = [c + (d or 0) for c, d in zip(samples["hand_ctld"], samples["hand_dbd"])]
     totals_launch = [c + (d or 0) for c, d in zip(samples["launch_ctld"], samples["launch_dbd"])]
     if cluster.has_dbd:
@@ -455,7 +484,10 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every):
     launch_total["goal"] = verdict(None if ratio_value is None else ratio_value <= share,
                                    f"<= 1/{round(1 / share)} of hand")
     rows += [hand_total, launch_total]
-    details = {"job": {"steps": steps, "step_sleep": step_sleep, "log_every": log_every, "nodes": 2,
+    by_type = {side: {daemon: {kind: benchlib.summary([(b[side][daemon] or {}).get(kind, 0) for b in rpc_breakdown])["median"]
+                               for kind in sorted({k for b in rpc_breakdown for k in (b[side][daemon] or {})})}
+                      for daemon in ("slurmctld", "slurmdbd")} for side in ("launch", "hand")}
+    details = {"rpc_median_by_type": by_type, "job": {"steps": steps, "step_sleep": step_sleep, "log_every": log_every, "nodes": 2,
                        "nproc_per_node": 2},
                "samples": samples, "rpc_breakdown": rpc_breakdown, "launch_profile": profile(runs),
                "answer_profiles": answer_profiles}
@@ -619,7 +651,8 @@ def parse_args(argv=None):
     parser.add_argument("--long-reps", type=int, default=1, help="repetitions of the long job (default 1)")
     parser.add_argument("--long-seconds", type=int, default=300,
                         help="about how long the long job trains, in seconds; 0 skips it (default 300)")
-    parser.add_argument("--short-steps", type=int, default=20, help="steps of the short job (default 20)")
+    parser.add_argument("--short-steps", type=int, default=10,
+                        help="steps of the short job, 0.25 s each: about 10 s in Slurm (default 10)")
     parser.add_argument("--keep-up", action="store_true", help="leave the benchmark clusters up afterwards")
     args = parser.parse_args(argv)
     args.only = [name.strip() for name in args.only.split(",") if name.strip()]
@@ -663,7 +696,8 @@ def main(argv=None):
             measure("submission", bench_submission, bench2, reps["submission"])
         if "answer" in args.only:
             probe = LoadProbe(bench2)
-            measure("answer_short", bench_answer, bench2, probe, "short", reps["answer"], args.short_steps, 0.25, 5)
+            measure("answer_short", bench_answer, bench2, probe, "short", reps["answer"], args.short_steps, 0.25, 5,
+                    True)
             if args.long_seconds > 0 and args.long_reps > 0:
                 measure("answer_long", bench_answer, bench2, probe, "long", args.long_reps, args.long_seconds, 1.0, 30)
         if "provision" in args.only:
@@ -679,6 +713,7 @@ def main(argv=None):
         for cluster in clusters:
             cluster.down(args.keep_up)
     result["seconds"] = time.time() - started
+    result["machine"]["load_average_at_end"] = os.getloadavg()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for path in (RESULTS / f"bench-{stamp}.json", RESULTS / "latest.json"):
         path.write_text(json.dumps(result, indent=2, default=str) + "\n")

@@ -62,3 +62,9 @@ def test_tables_show_each_row_with_its_ratios():
     assert markdown[3] == ("| 1 submission | launch \\| wait=false | 3 | 4.94 s | 4.80 s | 5.10 s | 5.09x floor "
                            "| <= 1.25x floor: missed |")
     assert markdown[2].startswith("| 1 submission | floor | 3 | 0.970 s |")
+
+
+def test_small_ratios_keep_the_digit_that_decides_a_goal():
+    assert benchlib.ratio_text(0.0539) == "0.054x"
+    assert benchlib.ratio_text(0.5) == "0.50x"
+    assert benchlib.ratio_text(None) == "-"
