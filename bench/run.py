@@ -357,16 +357,29 @@ def bench_submission(cluster, reps):
 
 
 def module_floor(reps=5):
-    """What part of a module task is the module's own interpreter: a bare Python start, and one
-    that imports AnsibleModule as every module does (medians, seconds)."""
-    timings = {}
-    for label, code in (("python_start_s", "pass"), ("import_ansible_module_s", "import ansible.module_utils.basic")):
+    """Where a module task's time goes (medians, seconds): a bare Python start; one importing
+    AnsibleModule from the virtualenv; the AnsiballZ payload of ansible.builtin.command alone
+    (what Ansible runs on the host: unpack, import module_utils from the zip, run `true`),
+    kept with ANSIBLE_KEEP_REMOTE_FILES from an ad-hoc run; and ansible-playbook --version
+    (the controller's own interpreter and imports)."""
+    def timed(argv, env=None):
         samples = []
         for _ in range(reps):
             started = time.time()
-            subprocess.run([sys.executable, "-c", code], check=True)
+            subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
             samples.append(time.time() - started)
-        timings[label] = benchlib.summary(samples)["median"]
+        return benchlib.summary(samples)["median"]
+
+    timings = {"python_start_s": timed([sys.executable, "-c", "pass"]),
+               "import_ansible_module_s": timed([sys.executable, "-c", "import ansible.module_utils.basic"]),
+               "ansible_playbook_version_s": timed([str(BIN / "ansible-playbook"), "--version"], ansible_env())}
+    with tempfile.TemporaryDirectory(dir=RESULTS / "tmp") as tmp:
+        env = ansible_env({"ANSIBLE_KEEP_REMOTE_FILES": "1", "ANSIBLE_PIPELINING": "0", "ANSIBLE_REMOTE_TMP": tmp})
+        subprocess.run([str(BIN / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-e",
+                        f"ansible_python_interpreter={sys.executable}", "-m", "ansible.builtin.command", "-a", "true"],
+                       check=True, stdout=subprocess.DEVNULL, env=env, cwd=REPO)
+        payload = next(Path(tmp).rglob("AnsiballZ_command.py"), None)
+        timings["ansiballz_command_payload_s"] = timed([sys.executable, str(payload)]) if payload else None
     return timings
 
 
@@ -633,7 +646,8 @@ def machine():
                    if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    slurm = subprocess.run(["sinfo", "-V"], capture_output=True, text=True).stdout.strip()
+    # slurmctld -V needs no slurm.conf (sinfo -V does).
+    slurm = subprocess.run(["slurmctld", "-V"], capture_output=True, text=True).stdout.strip()
     ansible = subprocess.run([str(BIN / "ansible-playbook"), "--version"], capture_output=True, text=True,
                              env=ansible_env()).stdout.splitlines()[:1]
     return {"cores": os.cpu_count(), "cpu": cpu, "kernel": platform.release(), "python": platform.python_version(),
