@@ -67,9 +67,12 @@ def test_a_wrong_interface_on_one_node_stops_the_launch_before_it_submits(cluste
 def test_a_node_without_its_nccl_configuration_is_named(cluster, node111_nccl_conf, tmp_path):
     cluster.ssh("node111", "rm /etc/nccl.conf")
     before = next_job_id(cluster)
-    proc = preflight(tmp_path, NODES)
+    outputs = tmp_path / "not-made-yet"  # as outputs/ in a fresh clone
+    proc = preflight(outputs, NODES)
     assert proc.returncode != 0, proc.stdout[-3000:]
-    assert "node111: /etc/nccl.conf is missing (NCCL reads it on every node); run provision.yml" in proc.stdout
+    problem = "node111: /etc/nccl.conf is missing (NCCL reads it on every node); run provision.yml"
+    assert problem in proc.stdout
+    assert problem in (outputs / "preflight-gpu_A6000.txt").read_text()
     assert "node110: /etc/nccl.conf" not in proc.stdout
     assert next_job_id(cluster) == before
 
