@@ -48,13 +48,14 @@ def test_a_provisioned_cluster_passes_and_reports_the_all_reduce_bandwidth(clust
     assert "problem" not in summary
 
 
-def test_a_wrong_interface_on_one_node_stops_the_launch_before_it_submits(cluster, node111_nccl_conf, tmp_path):
+@pytest.mark.parametrize("asked", ["preflight=true", "slurm_launch_preflight=true"])
+def test_a_wrong_interface_on_one_node_stops_the_launch_before_it_submits(cluster, node111_nccl_conf, tmp_path, asked):
     wrong = node111_nccl_conf.replace("NCCL_SOCKET_IFNAME=eth0", "NCCL_SOCKET_IFNAME=eth9")
     assert wrong != node111_nccl_conf
     cluster.ssh("node111", f"printf %s {shlex.quote(wrong)} > /etc/nccl.conf")
     name = unique_job_name("afterpreflight")
     before = next_job_id(cluster)
-    proc = preflight(tmp_path, NODES, "preflight=true", f"script={TRAINER}", f"job_name={name}", playbook="launch.yml")
+    proc = preflight(tmp_path, NODES, asked, f"script={TRAINER}", f"job_name={name}", playbook="launch.yml")
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert ("node111: NCCL_SOCKET_IFNAME names eth9, which node111 does not have up (up: eth0) "
             "(in /etc/nccl.conf; provision.yml writes it anew)") in proc.stdout
