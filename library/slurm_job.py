@@ -151,7 +151,17 @@ options:
         that the output parses the same everywhere.
     type: dict
     default: {}
+  private_output:
+    description:
+      - Submit with umask C(077), so that the job's output files are readable by the user alone
+        (Slurm creates them with the submitting process's umask). For jobs whose script or log
+        carries secrets.
+    type: bool
+    default: false
 notes:
+  - A job given by O(job_id) must be the user's own (the C(UserId) slurmctld reports), unless the
+    module runs as root or as a Slurm operator or administrator (C(sacctmgr) C(AdminLevel)); another
+    user's job is refused before it is followed, cancelled or its log read.
   - Supports check mode. O(state=present) then runs C(sbatch --test-only) and returns its
     prediction in RV(test_only) (RV(changed=true)), or reports the identical job already queued
     (RV(changed=false)); nothing is submitted or cancelled and nothing is followed.
@@ -230,6 +240,11 @@ job_id:
   returned: always
   type: int
   sample: 1234
+user:
+  description: The user the job belongs to, from slurmctld; null when only accounting knows the job.
+  returned: always
+  type: str
+  sample: alice
 state:
   description: Base state of the job as Slurm reports it; null when Slurm does not know the job.
   returned: always
@@ -402,6 +417,7 @@ test_only:
 import hashlib
 import itertools
 import os
+import pwd
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -445,6 +461,7 @@ ARGUMENT_SPEC = {
     "return_on_change": {"type": "bool", "default": False},
     "progress_every": {"type": "int", "default": 30},
     "progress_from": {"type": "dict"},
+    "private_output": {"type": "bool", "default": False},
 }
 
 # Options the module sets itself, or that would break following one job.
@@ -470,6 +487,12 @@ PROGRESS_LOG_LINES = 5
 CONTROLLER_RETRY_MAX_DELAY = 15.0
 # After the marker, Slurm is asked this many times at that pace before the regular schedule.
 MARKER_QUICK_POLLS = 10
+
+
+def job_owner(job):
+    """The job's user from scontrol's UserId=alice(2001); None from accounting, which does not say here."""
+    user_id = job.get("UserId")
+    return user_id.split("(", 1)[0] if user_id else None
 
 
 def job_fingerprint(job_name, script_content):
@@ -605,6 +628,17 @@ class SlurmClient:
             )
         return record
 
+    @property
+    def user(self):
+        return pwd.getpwuid(os.geteuid()).pw_name
+
+    def may_act_on(self, owner):
+        """The job's own user, root, or a Slurm operator/administrator (asked only when needed)."""
+        if os.geteuid() == 0 or owner == self.user:
+            return True
+        rc, out, _ = self.run_once(["sacctmgr", "-n", "-P", "show", "user", self.user, "format=AdminLevel"])
+        return rc == 0 and out.strip() in ("Operator", "Administrator")
+
     def find_active_copy(self, job_name, comment):
         """Newest pending or running job of this user with this name and fingerprint comment."""
         argv = ["squeue", "-h", "-u", str(os.geteuid()), "-n", job_name, "-o", SQUEUE_FORMAT]
@@ -700,7 +734,7 @@ class SlurmJobRunner:
         self.result.update(
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
-            nodes=[], log_tail=[], controller_outage_seconds=0, progress=None,
+            nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None,
         )
 
     def finish(self, msg=None):
@@ -714,6 +748,7 @@ class SlurmJobRunner:
         info = job_state(job["state"])
         self.result.update(
             {key: job[key] for key in JOB_KEYS},
+            user=job_owner(job),
             outcome=info.outcome, final=info.final, state_description=info.description,
             log_tail=read_log_tail(job["stdout_path"], self.params["log_tail_lines"]),
         )
@@ -768,7 +803,7 @@ class SlurmJobRunner:
         delays = backoff_delays(base_delay=1.0, max_delay=CONTROLLER_RETRY_MAX_DELAY)
         while True:
             try:
-                job = self.slurm.find_job(job_id)
+                job = self.find(job_id)
             except SlurmCommandError as error:
                 since = self.slurm.unanswered_since
                 if not error.transient or since is None:
@@ -790,7 +825,7 @@ class SlurmJobRunner:
         """Follow the job when asked to (and not in check mode), else look once."""
         if self.params["wait"] and not self.module.check_mode:
             return self.follow(job_id)
-        return self.record(self.slurm.find_job(job_id))
+        return self.record(self.find(job_id))
 
     def fail_unless_succeeded(self, info):
         if info.final and not info.success:
@@ -799,6 +834,21 @@ class SlurmJobRunner:
                 f"Slurm job {result['job_id']} ended in state {result['state']} "
                 f"(exit code {result['exit_code']}, signal {result['exit_signal']}, reason {result['reason']})"
             )
+
+    def find(self, job_id):
+        """slurm.find_job, and for a job given by id, the check that it is the user's."""
+        job = self.slurm.find_job(job_id)
+        if self.params["job_id"] is not None:
+            self.check_owner(job)
+        return job
+
+    def check_owner(self, job):
+        """Refuse another user's job given by id, before anything of it is read or changed."""
+        owner = job_owner(job)
+        if owner is None or self.slurm.may_act_on(owner):
+            return
+        self.finish(f"job {job['job_id']} belongs to {owner}, not to {self.slurm.user}: only the job's own user, "
+                    "root or a Slurm operator may follow, collect or cancel it")
 
     def present(self):
         if self.params["job_id"] is None:
@@ -824,16 +874,18 @@ class SlurmJobRunner:
             self.result["test_only"] = self.slurm.test_only(["sbatch", "--test-only", *options], params["chdir"])
             self.result["changed"] = True
             return
+        if params["private_output"]:
+            os.umask(0o077)  # sbatch hands its umask to the job, whose output files Slurm creates with it
         job_id, submitted = self.slurm.submit(["sbatch", "--parsable", *options], params["chdir"], find_copy)
         self.result.update(job_id=job_id, submitted=submitted, found_existing=not submitted, changed=submitted)
 
     def query(self):
-        self.record(self.slurm.find_job(self.params["job_id"]))
+        self.record(self.find(self.params["job_id"]))
 
     def absent(self):
         job_id = self.params["job_id"]
         try:
-            info = self.record(self.slurm.find_job(job_id))
+            info = self.record(self.find(job_id))
             if info.final:
                 return
             self.result["changed"] = True

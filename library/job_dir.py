@@ -1,0 +1,286 @@
+"""Make a user's private job directory on a shared NAS, refusing what another user planted there,
+and put the staged training code into it."""
+
+DOCUMENTATION = r"""
+---
+module: job_dir
+short_description: Make a user's private job directory on a shared NAS and stage code into it
+description:
+  - Makes C(<jobs_root>/<user>/<job_name>/) and its C(code/) directory, where C(<user>) is the user
+    the module runs as. The jobs root is shared by every user (mode 1777, sticky); what is below it
+    is the user's own.
+  - Before it writes anything it refuses a directory on that path that is a symbolic link (or is
+    reached through one) or that another user owns, naming the path and its owner. Directories are
+    opened with C(O_NOFOLLOW) one component at a time, so a link planted between the check and the
+    write is not followed either.
+  - Directories get O(mode) (private, C(0700), by default). Staged files get the same permissions
+    as their directory, less the execute bit where the file had none.
+  - With O(code_archive) (a tar archive on the host, as the C(job_dir) action plugin of the
+    slurm_launch role transfers it) the code is extracted into a temporary directory beside
+    C(code/<code_hash>/) and renamed into place, so a job never sees half of it; code of the same
+    hash already there is not copied again.
+  - The C(job_dir) action plugin of the slurm_launch role computes the code's content hash on the
+    controller and transfers the archive only when the module reports it missing.
+options:
+  jobs_root:
+    description: The shared jobs directory (C(cluster_jobs_dir)); it must exist.
+    type: path
+    required: true
+  job_name:
+    description: The job's name, one path component (letters, digits, C(_), C(.), C(-)).
+    type: str
+    required: true
+  mode:
+    description: Mode of the user's directories, an octal string such as V(0700) or V(0750).
+    type: str
+    default: "0700"
+  code_hash:
+    description: Content hash of the code to stage; the result says whether C(code/<code_hash>) exists.
+    type: str
+  code_archive:
+    description:
+      - A tar archive of regular files and directories to extract into C(code/<code_hash>) when it
+        is missing. Removed afterwards.
+    type: path
+  probe:
+    description: Check and report only; make nothing (as in check mode).
+    type: bool
+    default: false
+  code_dir:
+    description:
+      - The directory of the code on the controller. Read by the action plugin, which lists, hashes
+        and packs it; the module itself ignores it.
+    type: path
+  script:
+    description: The training script on the controller, inside O(code_dir); read by the action plugin.
+    type: path
+  max_mb:
+    description: Largest size of the code to stage, in MB; read by the action plugin, which refuses more.
+    type: int
+    default: 100
+author: ansible-slurm-train
+"""
+
+EXAMPLES = r"""
+- name: Make the job's directory and stage the code.
+  job_dir:
+    jobs_root: /starmap/nas/jobs
+    job_name: train
+    code_hash: 3f2a9c0d1e2b4a6f8c10
+"""
+
+RETURN = r"""
+user:
+  description: The user the directory belongs to (the user the module ran as).
+  returned: always
+  type: str
+  sample: alice
+job_dir:
+  description: The job's directory.
+  returned: always
+  type: str
+  sample: /starmap/nas/jobs/alice/train
+code_dir:
+  description: Where the staged code lives (C(<job_dir>/code/<code_hash>)); empty without O(code_hash).
+  returned: always
+  type: str
+  sample: /starmap/nas/jobs/alice/train/code/3f2a9c0d1e2b4a6f8c10
+code_present:
+  description: Whether C(code_dir) already held the code before this run.
+  returned: always
+  type: bool
+  sample: false
+code_copied:
+  description: Whether this run extracted O(code_archive) into place.
+  returned: always
+  type: bool
+  sample: true
+made:
+  description: The directories this run made (or would make, in check mode or with O(probe)).
+  returned: always
+  type: list
+  elements: str
+  sample: [/starmap/nas/jobs/alice, /starmap/nas/jobs/alice/train]
+"""
+
+import errno
+import os
+import pwd
+import re
+import shutil
+import stat
+import tarfile
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+HASH_RE = re.compile(r"^[0-9a-f]{8,64}$")
+MODE_RE = re.compile(r"^0?[0-7]{3}$")
+
+
+class Refused(Exception):
+    """A path the module will not write to, said plainly."""
+
+
+def owner_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def open_own_dir(parent_fd, name, path, uid):
+    """The directory `name` under parent_fd, opened without following a link; it must be uid's."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+    except OSError as error:
+        if error.errno == errno.ENOENT:
+            return None
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            kind = "a symbolic link" if stat.S_ISLNK(os.lstat(name, dir_fd=parent_fd).st_mode) else "not a directory"
+            raise Refused(f"{path} is {kind}: refusing to write through it (another user may have planted it); "
+                          f"remove it, or choose another job name") from None
+        raise Refused(f"cannot open {path}: {error.strerror}") from None
+    owner = os.fstat(fd).st_uid
+    if owner != uid:
+        os.close(fd)
+        raise Refused(f"{path} belongs to {owner_name(owner)}, not to {owner_name(uid)}: refusing to write "
+                      "into a directory another user controls; choose another job name or ask them to remove it")
+    return fd
+
+
+def extract(archive, destination, file_mode):
+    """Regular files and directories only, each inside destination: the archive is ours, but cheap to check."""
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        for member in members:
+            parts = member.name.split("/")
+            if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
+                raise Refused(f"code archive member {member.name!r} is not a plain relative file")
+        for member in members:
+            target = os.path.join(destination, member.name)
+            if member.isdir():
+                os.makedirs(target, mode=file_mode | 0o100, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(target), mode=file_mode | 0o100, exist_ok=True)
+            source = tar.extractfile(member)
+            mode = file_mode if member.mode & 0o100 else file_mode & 0o666
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(source, out)
+            os.chmod(target, mode)
+
+
+def run(module):
+    params = module.params
+    uid = os.geteuid()
+    user = owner_name(uid)
+    if not NAME_RE.match(user):
+        raise Refused(f"user name {user!r} cannot be a path component")
+    if not NAME_RE.match(params["job_name"]):
+        raise Refused(f"job_name={params['job_name']!r}: use letters, digits, '_', '.' and '-'")
+    if not MODE_RE.match(params["mode"]):
+        raise Refused(f"mode={params['mode']!r}: give an octal mode such as 0700 or 0750")
+    mode = int(params["mode"], 8)
+    if mode & 0o700 != 0o700 or mode & 0o002:
+        raise Refused(f"mode={params['mode']}: the owner needs rwx and others may not write (e.g. 0700, 0750, 0770)")
+    code_hash = params["code_hash"] or ""
+    if code_hash and not HASH_RE.match(code_hash):
+        raise Refused(f"code_hash={code_hash!r} is not a hex digest")
+    dry = params["probe"] or module.check_mode
+    root = params["jobs_root"]
+    try:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as error:
+        raise Refused(f"jobs directory {root}: {error.strerror} (provision.yml makes it)") from None
+
+    job_dir = os.path.join(root, user, params["job_name"])
+    code_dir = os.path.join(job_dir, "code", code_hash) if code_hash else ""
+    result = dict(changed=False, user=user, job_dir=job_dir, code_dir=code_dir, code_present=False,
+                  code_copied=False, made=[])
+    fds = [root_fd]
+    try:
+        path = root
+        for name in (user, params["job_name"], "code"):
+            path = os.path.join(path, name)
+            fd = open_own_dir(fds[-1], name, path, uid)
+            if fd is None:
+                result["made"].append(path)
+                result["changed"] = True
+                if dry:
+                    return result  # nothing below a missing directory exists yet
+                os.mkdir(name, mode, dir_fd=fds[-1])
+                fd = open_own_dir(fds[-1], name, path, uid)
+            fds.append(fd)
+            if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+                result["changed"] = True
+                if not dry:
+                    os.fchmod(fd, mode)
+        if not code_hash:
+            return result
+        existing = open_own_dir(fds[-1], code_hash, code_dir, uid)
+        if existing is not None:
+            os.close(existing)
+            result["code_present"] = True
+            return result
+        if dry or not params["code_archive"]:
+            return result
+        partial = tempfile.mkdtemp(prefix=f".{code_hash}.partial-", dir=path)
+        try:
+            os.chmod(partial, mode)
+            extract(params["code_archive"], partial, mode & 0o777)
+            try:
+                os.rename(partial, code_dir)
+            except OSError as error:
+                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                # Another launch of the same code got there first: its copy is the same.
+                shutil.rmtree(partial)
+                check = open_own_dir(fds[-1], code_hash, code_dir, uid)
+                os.close(check)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        result.update(changed=True, code_copied=True)
+        return result
+    finally:
+        for fd in fds:
+            os.close(fd)
+        if params["code_archive"] and not dry:
+            try:
+                os.unlink(params["code_archive"])
+            except OSError:
+                pass
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            jobs_root=dict(type="path", required=True),
+            job_name=dict(type="str", required=True),
+            mode=dict(type="str", default="0700"),
+            code_hash=dict(type="str"),
+            code_archive=dict(type="path"),
+            probe=dict(type="bool", default=False),
+            # Read by the action plugin on the controller.
+            code_dir=dict(type="path"),
+            script=dict(type="path"),
+            max_mb=dict(type="int", default=100),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        module.exit_json(**run(module))
+    except Refused as error:
+        module.fail_json(msg=str(error), changed=False)
+    except OSError as error:
+        module.fail_json(msg=f"{error.filename or params_path(module)}: {error.strerror}", changed=False)
+
+
+def params_path(module):
+    return os.path.join(module.params["jobs_root"], module.params["job_name"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""job_dir action: stage the training code from the controller into the job's directory on the NAS.
+
+The controller side lists the code (in a git work tree: tracked and untracked-but-not-ignored
+files; elsewhere every regular file), refuses more than ``max_mb``, hashes the content, and asks
+the module on the submit host whether ``<job dir>/code/<hash>/`` is there. Only when it is not
+(and not in check mode or a probe) does it pack the files into one archive, transfer it and run
+the module again to extract it into place. Unchanged code is never copied twice.
+"""
+
+import hashlib
+import os
+import stat
+import subprocess
+import tarfile
+import tempfile
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+# Never part of the code a job runs, and often large.
+SKIPPED_DIRS = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", "outputs"}
+HASH_DIGITS = 20
+MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe")
+
+
+def git(code_dir, *argv):
+    proc = subprocess.run(["git", "-C", code_dir, *argv], capture_output=True, check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def list_code(code_dir):
+    """(relative paths of the regular files to stage, git facts), sorted so the hash is stable."""
+    facts = {"git_commit": "", "git_dirty": False, "source": "directory"}
+    listed = git(code_dir, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", ".")
+    if listed is not None:
+        facts["source"] = "git"
+        facts["git_commit"] = (git(code_dir, "rev-parse", "HEAD") or b"").decode().strip()
+        facts["git_dirty"] = bool(git(code_dir, "status", "--porcelain", "--", "."))
+        names = [name.decode() for name in listed.split(b"\0") if name]
+    else:
+        names = []
+        for top, dirs, files in os.walk(code_dir):
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            names += [os.path.relpath(os.path.join(top, f), code_dir) for f in files]
+    files, skipped = [], []
+    for name in sorted(set(names)):
+        if set(name.split("/")) & SKIPPED_DIRS:
+            continue
+        info = os.lstat(os.path.join(code_dir, name)) if os.path.lexists(os.path.join(code_dir, name)) else None
+        if info is None:
+            continue  # tracked, deleted in the work tree
+        if stat.S_ISREG(info.st_mode):
+            files.append((name, info))
+        else:
+            skipped.append(name)  # a link may point outside the code; it is not followed
+    return files, skipped, facts
+
+
+def content_hash(code_dir, files):
+    digest = hashlib.sha256()
+    for name, info in files:
+        with open(os.path.join(code_dir, name), "rb") as handle:
+            file_digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        executable = "x" if info.st_mode & stat.S_IXUSR else "-"
+        digest.update(f"{name}\0{executable}\0{file_digest}\n".encode())
+    return digest.hexdigest()[:HASH_DIGITS]
+
+
+def pack(code_dir, files, archive):
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+        for name, info in files:
+            member = tarfile.TarInfo(name)
+            member.size = info.st_size
+            member.mode = 0o755 if info.st_mode & stat.S_IXUSR else 0o644
+            member.mtime = int(info.st_mtime)
+            with open(os.path.join(code_dir, name), "rb") as handle:
+                tar.addfile(member, handle)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        code_dir = os.path.realpath(str(args.get("code_dir", "")))
+        script = os.path.realpath(str(args.get("script", "")))
+        max_mb = int(args.get("max_mb", 100))
+        if not os.path.isdir(code_dir):
+            raise AnsibleActionFail(f"code_dir {code_dir} is not a directory on the controller")
+        if os.path.commonpath([code_dir, script]) != code_dir:
+            raise AnsibleActionFail(f"the script {script} is not inside code_dir {code_dir}: set -e code_dir= "
+                                    "to a directory that holds it")
+        files, skipped, facts = list_code(code_dir)
+        relative_script = os.path.relpath(script, code_dir)
+        if relative_script not in {name for name, _ in files}:
+            raise AnsibleActionFail(f"the script {script} is not among the files staged from {code_dir} "
+                                    "(ignored by git, a link, or in a skipped directory such as .venv)")
+        total = sum(info.st_size for _, info in files)
+        if total > max_mb * 1024 * 1024:
+            biggest = sorted(files, key=lambda item: -item[1].st_size)[:3]
+            raise AnsibleActionFail(
+                f"the code to stage from {code_dir} is {total / 1048576:.1f} MB in {len(files)} files, over "
+                f"slurm_launch_code_max_mb={max_mb} (largest: "
+                + ", ".join(f"{name} {info.st_size / 1048576:.1f} MB" for name, info in biggest)
+                + "); point -e code_dir= at the training code only, add data to .gitignore, or raise the limit")
+        digest = content_hash(code_dir, files)
+        module_args = {key: args[key] for key in MODULE_ARGS if key in args}
+        module_args["code_hash"] = digest
+        answer = self._execute_module("job_dir", module_args=module_args, task_vars=task_vars)
+        if answer.get("failed"):
+            return {**result, **answer}
+        if not (answer["code_present"] or module_args.get("probe") or self._task.check_mode):
+            answer = self._copy(code_dir, files, module_args, task_vars)
+            if answer.get("failed"):
+                return {**result, **answer}
+        code = {"hash": digest, "files": len(files), "bytes": total, "skipped": skipped,
+                "source_dir": code_dir, "copied": bool(answer.get("code_copied")), **facts}
+        return {**result, **answer, "code": code,
+                "script": os.path.join(answer["code_dir"], relative_script) if answer["code_dir"] else ""}
+
+    def _copy(self, code_dir, files, module_args, task_vars):
+        with tempfile.TemporaryDirectory(prefix="job-code-") as scratch:
+            archive = os.path.join(scratch, "code.tar.gz")
+            pack(code_dir, files, archive)
+            tmp = self._make_tmp_path()
+            try:
+                remote = self._connection._shell.join_path(tmp, "code.tar.gz")
+                self._transfer_file(archive, remote)
+                self._fixup_perms2((tmp, remote))
+                return self._execute_module("job_dir", module_args={**module_args, "code_archive": remote},
+                                            task_vars=task_vars)
+            finally:
+                self._remove_tmp_path(tmp)
