@@ -54,6 +54,12 @@ options:
   script:
     description: The training script on the controller, inside O(code_dir); read by the action plugin.
     type: path
+  code_files:
+    description:
+      - Instead of O(code_dir), files on the controller staged side by side under their own names;
+        read by the action plugin.
+    type: list
+    elements: path
   max_mb:
     description: Largest size of the code to stage, in MB; read by the action plugin, which refuses more.
     type: int
@@ -266,6 +272,7 @@ def main():
             # Read by the action plugin on the controller.
             code_dir=dict(type="path"),
             script=dict(type="path"),
+            code_files=dict(type="list", elements="path"),
             max_mb=dict(type="int", default=100),
         ),
         supports_check_mode=True,

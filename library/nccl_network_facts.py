@@ -262,7 +262,6 @@ import fnmatch
 import os
 from collections import Counter
 
-from ansible.module_utils.basic import AnsibleModule
 
 DEFAULT_EXCLUDE_INTERFACES = ["lo", "docker*", "veth*", "virbr*", "br-*"]
 ARPHRD_LOOPBACK = 772
@@ -508,6 +507,10 @@ def propose_nccl_settings(
 
 
 def main():
+    # Imported here: the preflight's node check (roles/slurm_launch/files/preflight/node_check.py)
+    # imports this file's detection on nodes that have no Ansible.
+    from ansible.module_utils.basic import AnsibleModule
+
     module = AnsibleModule(
         argument_spec={
             "sysfs_root": {"type": "path", "default": "/sys"},

@@ -56,24 +56,37 @@ def list_code(code_dir):
     return files, skipped, facts
 
 
-def content_hash(code_dir, files):
+def named_files(paths):
+    """Files named one by one (the preflight's programs), staged side by side under their names."""
+    files, sources = [], {}
+    for path in paths:
+        name = os.path.basename(path)
+        info = os.stat(path)
+        if name in sources or not stat.S_ISREG(info.st_mode):
+            raise AnsibleActionFail(f"code_files: {path} is not a regular file of its own name")
+        files.append((name, info))
+        sources[name] = path
+    return sorted(files), sources
+
+
+def content_hash(files, source):
     digest = hashlib.sha256()
     for name, info in files:
-        with open(os.path.join(code_dir, name), "rb") as handle:
+        with open(source(name), "rb") as handle:
             file_digest = hashlib.file_digest(handle, "sha256").hexdigest()
         executable = "x" if info.st_mode & stat.S_IXUSR else "-"
         digest.update(f"{name}\0{executable}\0{file_digest}\n".encode())
     return digest.hexdigest()[:HASH_DIGITS]
 
 
-def pack(code_dir, files, archive):
+def pack(files, source, archive):
     with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
         for name, info in files:
             member = tarfile.TarInfo(name)
             member.size = info.st_size
             member.mode = 0o755 if info.st_mode & stat.S_IXUSR else 0o644
             member.mtime = int(info.st_mtime)
-            with open(os.path.join(code_dir, name), "rb") as handle:
+            with open(source(name), "rb") as handle:
                 tar.addfile(member, handle)
 
 
@@ -83,16 +96,24 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
-        code_dir = os.path.realpath(str(args.get("code_dir", "")))
         script = os.path.realpath(str(args.get("script", "")))
         max_mb = int(args.get("max_mb", 100))
-        if not os.path.isdir(code_dir):
-            raise AnsibleActionFail(f"code_dir {code_dir} is not a directory on the controller")
-        if os.path.commonpath([code_dir, script]) != code_dir:
-            raise AnsibleActionFail(f"the script {script} is not inside code_dir {code_dir}: set -e code_dir= "
-                                    "to a directory that holds it")
-        files, skipped, facts = list_code(code_dir)
-        relative_script = os.path.relpath(script, code_dir)
+        if args.get("code_files"):
+            files, sources = named_files([str(path) for path in args["code_files"]])
+            code_dir, skipped, facts = os.path.dirname(script), [], {"git_commit": "", "git_dirty": False,
+                                                                      "source": "files"}
+            source = sources.__getitem__
+            relative_script = os.path.basename(script)
+        else:
+            code_dir = os.path.realpath(str(args.get("code_dir", "")))
+            if not os.path.isdir(code_dir):
+                raise AnsibleActionFail(f"code_dir {code_dir} is not a directory on the controller")
+            if os.path.commonpath([code_dir, script]) != code_dir:
+                raise AnsibleActionFail(f"the script {script} is not inside code_dir {code_dir}: set -e code_dir= "
+                                        "to a directory that holds it")
+            files, skipped, facts = list_code(code_dir)
+            source = lambda name: os.path.join(code_dir, name)  # noqa: E731
+            relative_script = os.path.relpath(script, code_dir)
         if relative_script not in {name for name, _ in files}:
             raise AnsibleActionFail(f"the script {script} is not among the files staged from {code_dir} "
                                     "(ignored by git, a link, or in a skipped directory such as .venv)")
@@ -104,14 +125,14 @@ class ActionModule(ActionBase):
                 f"slurm_launch_code_max_mb={max_mb} (largest: "
                 + ", ".join(f"{name} {info.st_size / 1048576:.1f} MB" for name, info in biggest)
                 + "); point -e code_dir= at the training code only, add data to .gitignore, or raise the limit")
-        digest = content_hash(code_dir, files)
+        digest = content_hash(files, source)
         module_args = {key: args[key] for key in MODULE_ARGS if key in args}
         module_args["code_hash"] = digest
         answer = self._execute_module("job_dir", module_args=module_args, task_vars=task_vars)
         if answer.get("failed"):
             return {**result, **answer}
         if not (answer["code_present"] or module_args.get("probe") or self._task.check_mode):
-            answer = self._copy(code_dir, files, module_args, task_vars)
+            answer = self._copy(files, source, module_args, task_vars)
             if answer.get("failed"):
                 return {**result, **answer}
         code = {"hash": digest, "files": len(files), "bytes": total, "skipped": skipped,
@@ -119,10 +140,10 @@ class ActionModule(ActionBase):
         return {**result, **answer, "code": code,
                 "script": os.path.join(answer["code_dir"], relative_script) if answer["code_dir"] else ""}
 
-    def _copy(self, code_dir, files, module_args, task_vars):
+    def _copy(self, files, source, module_args, task_vars):
         with tempfile.TemporaryDirectory(prefix="job-code-") as scratch:
             archive = os.path.join(scratch, "code.tar.gz")
-            pack(code_dir, files, archive)
+            pack(files, source, archive)
             tmp = self._make_tmp_path()
             try:
                 remote = self._connection._shell.join_path(tmp, "code.tar.gz")

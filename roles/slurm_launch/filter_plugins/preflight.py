@@ -1,50 +1,90 @@
-"""What a preflight's node checks found, gathered on the submit host from each node's facts:
-preflight_node.yml's (CUDA, Python env, NCCL env file) and the nccl_env role's check.yml
-(settings against hardware and across nodes, reachability)."""
+"""What a preflight's node checks found (files/preflight/node_check.py, one JSON record per node,
+read back from the NAS), turned into the problems and the table the submit host reports.
+The NCCL settings are judged by the nccl_env role's own rules (its filter file), so that the
+preflight and provision.yml agree on what is wrong."""
+
+import importlib.util
+from pathlib import Path
+
+_NCCL_ENV_SPEC = importlib.util.spec_from_file_location(
+    "_preflight_nccl_env", Path(__file__).resolve().parents[2] / "nccl_env" / "filter_plugins" / "nccl_env.py")
+_nccl_env = importlib.util.module_from_spec(_NCCL_ENV_SPEC)
+_NCCL_ENV_SPEC.loader.exec_module(_nccl_env)
 
 
-def _facts(hostvars, node):
-    try:
-        return hostvars[node]
-    except KeyError:
-        return {}
+def preflight_node_groups(nodes, hostvars, groups):
+    """Each node's group (partition) as provision.yml's nccl_env role names it: its first node group."""
+    return [(_nccl_env.nccl_env_node_groups(node, hostvars[node]["group_names"], groups) or [""])[0]
+            for node in nodes]
 
 
-def preflight_problems(nodes, hostvars):
-    """Every problem, each naming its node; a node whose checks did not run is named too."""
-    problems, group_problems = [], []
+def _by_node(found):
+    return {record["node"]: record for record in found if isinstance(record, dict) and "node" in record}
+
+
+def preflight_problems(found, nodes, context):
+    """Every problem, each naming its node and the likely fix; a node that reported nothing is named."""
+    records = _by_node(found)
+    problems = []
+    missing = [node for node in nodes if node not in records]
+    if missing:
+        job = context.get("check_job") or {}
+        tail = " | ".join((job.get("log_tail") or [])[-3:])
+        problems.append(
+            f"{', '.join(missing)}: the node check did not report (job {job.get('job_id')} ended "
+            f"{job.get('state')}, exit code {job.get('exit_code')}{': ' + job['msg'] if job.get('msg') else ''}"
+            f"{'; its log ends: ' + tail if tail else ''})")
     for node in nodes:
-        facts = _facts(hostvars, node)
-        if "_slurm_launch_preflight_problems" not in facts:
-            problems.append(f"{node}: its checks did not run (not reachable over SSH, or its facts could not be "
-                            "gathered): see the errors above")
+        record = records.get(node)
+        if record is None:
             continue
-        problems.extend(facts["_slurm_launch_preflight_problems"])
-        problems.extend(facts.get("_nccl_env_check_problems") or [])
-        group_problems.extend(facts.get("_nccl_env_check_group_problems") or [])
-    return problems + [problem for problem in group_problems if problem not in problems]
+        if context.get("cuda_home") and not record.get("cuda"):
+            problems.append(f"{node}: CUDA: {context['cuda_home']}/bin/nvcc --version failed "
+                            f"({record.get('cuda_error', '')[-160:]}); run provision.yml, or set cluster_cuda_home "
+                            "to the toolkit every node sees")
+        if context.get("env") and not record.get("python"):
+            problems.append(f"{node}: Python env: {context['env']} does not activate or import torch "
+                            f"({record.get('python_error', '')[-160:]}); run provision.yml, or check "
+                            "conda_environment_file")
+        if context.get("nccl_env_file") and not record.get("nccl_env_file_found"):
+            problems.append(f"{node}: NCCL env: {context['nccl_env_file']}, which the job sources, is missing; "
+                            "run provision.yml")
+        for peer, error in sorted((record.get("reach") or {}).items()):
+            if error:
+                problems.append(f"{node} cannot reach {peer} at its {record.get('interface') or 'node'} address within "
+                                f"{context.get('connect_timeout')} s ({error}: a firewall, a wrong NCCL_SOCKET_IFNAME, "
+                                "or a route missing between the nodes?)")
+    reported = [node for node in nodes if node in records]
+    groups = dict(zip(nodes, context.get("node_groups") or [""] * len(nodes)))
+    problems += [problem for problem in _nccl_env.nccl_env_check_problems(
+        reported, [groups.get(node, "") for node in reported], [records[node].get("conf") for node in reported],
+        [records[node].get("job") or {} for node in reported], [records[node].get("network") for node in reported],
+        context.get("nccl_conf", "/etc/nccl.conf")) if problem not in problems]
+    return problems
 
 
-def preflight_rows(nodes, hostvars):
+def preflight_rows(found, nodes):
     """One row per node: what it has, as the job will use it."""
+    records = _by_node(found)
     rows = []
     for node in nodes:
-        facts = _facts(hostvars, node)
-        found = facts.get("_slurm_launch_preflight_found") or {}
-        nccl = facts.get("_nccl_env_check") or {}
+        record = records.get(node)
+        if record is None:
+            rows.append({"node": node, "checks": "not checked (the node check did not report)"})
+            continue
         parts = []
-        if found.get("cuda"):
-            parts.append(f"CUDA {found['cuda']}")
-        if found.get("python"):
-            parts.append(found["python"])
-        if nccl:
-            parts.append(f"sockets {nccl.get('interface') or '(NCCL chooses)'} {nccl.get('address')}")
-            reached = [r for r in (facts.get("_nccl_env_check_reach") or {}).get("results", []) if "state" in r]
-            parts.append(f"reaches {len(reached)} of {len(nodes) - 1} nodes")
-        rows.append({"node": node, "checks": "; ".join(parts) or "not checked"})
+        if record.get("cuda"):
+            parts.append(f"CUDA {record['cuda']}")
+        if record.get("python"):
+            parts.append(record["python"])
+        reach = record.get("reach") or {}
+        parts.append(f"sockets {record.get('interface') or '(NCCL chooses)'} {record.get('address')}")
+        parts.append(f"reaches {sum(1 for error in reach.values() if not error)} of {len(nodes) - 1} nodes")
+        rows.append({"node": node, "checks": "; ".join(parts)})
     return rows
 
 
 class FilterModule:
     def filters(self):
-        return {"preflight_problems": preflight_problems, "preflight_rows": preflight_rows}
+        return {"preflight_problems": preflight_problems, "preflight_rows": preflight_rows,
+                "preflight_node_groups": preflight_node_groups}

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""A preflight's checks of one node, run by Slurm as one task per node of a short job (srun), so
+that it works where users cannot SSH to compute nodes (pam_slurm_adopt) or cannot reach them.
+
+Each task looks at what a job on its node would use: the CUDA toolkit (nvcc), the training env
+(activated as the job activates it, then `import torch`), the node group's NCCL env file and
+/etc/nccl.conf read as NCCL reads them, and the node's HCAs and interfaces (the detection of
+provision.yml, nccl_network_facts.py, staged beside this file). Then every node listens on a
+fresh port on the address NCCL's sockets would use and connects to every other one.
+
+It judges nothing: it writes what it found as JSON, <results>/<node>.json, and the first node
+gathers them all into <results>/all.json, which the submit host reads and reports.
+Standard library only: it runs with the node's own python3.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nccl_env  # noqa: E402  (roles/nccl_env/filter_plugins/nccl_env.py, staged here)
+import nccl_network_facts  # noqa: E402  (library/nccl_network_facts.py, staged here)
+
+BARRIER_TIMEOUT = 120
+
+
+def write_json(path, data):
+    partial = f"{path}.partial"
+    with open(partial, "w") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+    os.replace(partial, path)
+
+
+def run(argv, timeout=120):
+    """(rc, stdout, stderr) of a program; rc None when it could not start."""
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return None, "", str(error)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def check_cuda(cuda_home):
+    if not cuda_home:
+        return {"cuda": "", "cuda_error": ""}
+    rc, out, err = run([os.path.join(cuda_home, "bin", "nvcc"), "--version"])
+    found = re.search(r"release [0-9.]+", out)
+    if rc == 0 and found:
+        return {"cuda": found.group(0), "cuda_error": ""}
+    return {"cuda": "", "cuda_error": (err or out).strip()[-200:] or f"exit {rc}"}
+
+
+def check_python(config):
+    """The job script's own activation, then the import every training needs."""
+    if config["venv"]:
+        activate, target = 'source "$1/bin/activate"', config["venv"]
+    elif config["conda_env"]:
+        activate = 'source "$1/etc/profile.d/conda.sh" && conda activate "$2"'
+        target = config["conda_root"]
+    else:
+        return {"python": "", "python_error": ""}
+    prefix = os.path.join(config["conda_root"], "envs", config["conda_env"]) if config["conda_env"] else ""
+    code = 'import sys, torch; print(f"torch {torch.__version__} ({sys.executable})")'
+    rc, out, err = run(["bash", "-c", f"{activate} && python -c '{code}'", "preflight", target, prefix])
+    if rc == 0:
+        return {"python": out.strip(), "python_error": ""}
+    return {"python": "", "python_error": (err or out).strip()[-200:] or f"exit {rc}"}
+
+
+def read_settings(path):
+    try:
+        with open(path) as handle:
+            return nccl_env.nccl_env_read(handle.read())
+    except OSError:
+        return None
+
+
+def ipv4_addresses():
+    """{interface: [addresses]} from iproute2, as Ansible's gathered facts give them to provision."""
+    rc, out, _ = run(["ip", "-j", "-4", "addr", "show"])
+    if rc != 0:
+        return None
+    return {link["ifname"]: [a["local"] for a in link.get("addr_info", []) if a.get("local")]
+            for link in json.loads(out or "[]")}
+
+
+def detect_network(config):
+    addresses = ipv4_addresses()
+    if addresses is not None:
+        addresses.update(config["ipv4_overrides"])
+    hcas = nccl_network_facts.read_hcas(config["sysfs_root"])
+    interfaces = nccl_network_facts.read_interfaces(config["sysfs_root"], addresses or {})
+    proposed, warnings = nccl_network_facts.propose_nccl_settings(
+        hcas, interfaces, config["exclude_interfaces"], config["prefer_gid_type"], addresses is not None)
+    return {"hcas": hcas, "interfaces": interfaces, "proposed": proposed, "warnings": warnings}
+
+
+def wait_for_files(pattern, count, timeout):
+    deadline = time.monotonic() + timeout
+    while len(glob.glob(pattern)) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return sorted(glob.glob(pattern))
+
+
+def serve(listener):
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        connection.close()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="the preflight's settings (JSON)")
+    parser.add_argument("--results", required=True, help="directory every node writes its findings to")
+    args = parser.parse_args()
+    with open(args.config) as handle:
+        config = json.load(handle)
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
+    os.makedirs(args.results, exist_ok=True)
+
+    found = {"node": node}
+    found.update(check_cuda(config["cuda_home"]))
+    found.update(check_python(config))
+    conf = read_settings(config["nccl_conf"])
+    env_file = read_settings(config["nccl_env_file"]) if config["nccl_env_file"] else {}
+    found["nccl_env_file_found"] = env_file is not None
+    found["conf"] = conf
+    # NCCL reads nccl.conf only for what the environment does not set.
+    found["job"] = dict(conf or {}, **(env_file or {}))
+    found["network"] = detect_network(config)
+    address = nccl_env.nccl_env_socket_address(found["job"], found["network"])
+    found["interface"] = found["job"].get("NCCL_SOCKET_IFNAME", "")
+    found["address"] = address or socket.gethostbyname(node)
+
+    # A fresh port the system picks, on the address the job's sockets would use.
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind((found["address"], 0))
+    listener.listen(64)
+    threading.Thread(target=serve, args=(listener,), daemon=True).start()
+    write_json(os.path.join(args.results, f"{node}.addr"),
+               {"node": node, "address": found["address"], "port": listener.getsockname()[1]})
+    peers = [json.load(open(path)) for path in wait_for_files(os.path.join(args.results, "*.addr"), nodes,
+                                                              BARRIER_TIMEOUT)]
+    found["reach"] = {}
+    for peer in peers:
+        if peer["node"] == node:
+            continue
+        try:
+            socket.create_connection((peer["address"], peer["port"]), timeout=config["connect_timeout"]).close()
+            found["reach"][peer["node"]] = ""
+        except OSError as error:
+            found["reach"][peer["node"]] = f"{peer['address']}:{peer['port']}: {error}"
+    found["peers_seen"] = len(peers)
+    write_json(os.path.join(args.results, f"{node}.json"), found)
+    # Keep listening until every node has tried every other.
+    results = wait_for_files(os.path.join(args.results, "*.json"), nodes, BARRIER_TIMEOUT)
+    if os.environ.get("SLURM_NODEID", "0") == "0":
+        results = [json.load(open(path)) for path in results if not path.endswith("all.json")]
+        write_json(os.path.join(args.results, "all.json"), {"nodes": nodes, "results": results})
+    listener.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
