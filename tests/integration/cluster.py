@@ -33,6 +33,8 @@ class Cluster:
         self.report = status(inventory)
         self.env = {**os.environ, "SLURM_CONF": self.report["slurm_conf"]}
         self.nodes = {n["name"]: n for n in self.report["nodes"]}
+        # Compute nodes and the login and NAS hosts.
+        self.hosts = {**self.nodes, **{s["name"]: s for s in self.report.get("services", [])}}
         self.state_dir = Path(self.report["state_dir"])
         self.nas = Path(self.report["nas"])
 
@@ -42,13 +44,14 @@ class Cluster:
             raise AssertionError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr}")
         return proc
 
-    def ssh(self, node, command, check=True):
-        """Run a command on a node over SSH, as Ansible reaches it."""
+    def ssh(self, node, command, check=True, user="root"):
+        """Run a command on a host over SSH, as Ansible reaches it: root (the admin) or a user."""
         ssh_dir = self.state_dir / "ssh"
+        key = ssh_dir / ("id_ed25519" if user == "root" else f"id_ed25519_{user}")
         proc = subprocess.run(
-            ["ssh", "-i", str(ssh_dir / "id_ed25519"), "-o", f"UserKnownHostsFile={ssh_dir / 'known_hosts'}",
+            ["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={ssh_dir / 'known_hosts'}",
              "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-             f"root@{self.nodes[node]['address']}", command],
+             f"{user}@{self.hosts[node]['address']}", command],
             capture_output=True, text=True, timeout=60)
         if check and proc.returncode != 0:
             raise AssertionError(f"ssh {node} {command!r} failed ({proc.returncode}): {proc.stderr}")

@@ -54,3 +54,16 @@ def test_numbers_become_arguments_and_nested_values_are_refused():
 def test_unbalanced_quotes_are_refused_with_the_value():
     with pytest.raises(AnsibleFilterError, match="cannot be split into arguments"):
         shell_words("--name 'a b")
+
+
+def test_the_code_line_says_whether_the_code_was_copied_and_from_which_commit():
+    code_spec = importlib.util.spec_from_file_location("launch_code", FILTER.with_name("launch_code.py"))
+    launch_code = importlib.util.module_from_spec(code_spec)
+    code_spec.loader.exec_module(launch_code)
+    launch_code_line = launch_code.launch_code_line
+    code = {"hash": "9f86a16e3280b3e10aa3", "files": 3, "copied": False, "git_commit": "0123456789abcdef" * 2 + "01234567",
+            "git_dirty": True}
+    assert launch_code_line(code) == ("code 9f86a16e3280b3e10aa3 (3 files) already on the NAS, not copied, "
+                                      "git 0123456789ab with uncommitted changes")
+    assert launch_code_line({**code, "copied": True, "git_commit": ""}) == \
+        "code 9f86a16e3280b3e10aa3 (3 files) copied to the NAS"
