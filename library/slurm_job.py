@@ -164,6 +164,7 @@ notes:
   - 'C(COMPLETING): RV(outcome=finishing), not final, followed on; processes ending; the epilog may still run.'
   - 'C(CONFIGURING): RV(outcome=waiting), not final, followed on; allocated; waiting for its nodes to become ready.'
   - 'C(DEADLINE): RV(outcome=timeout), final, failure; terminated on reaching its --deadline.'
+  - 'C(EXPEDITING): RV(outcome=requeued), not final, followed on; checked for an expedited requeue; it may run again at once.'
   - 'C(FAILED): RV(outcome=failed), final, failure; terminated with a non-zero exit code or another failure.'
   - 'C(NODE_FAIL): RV(outcome=node_failure), final, failure; terminated because an allocated node failed.'
   - 'C(OUT_OF_MEMORY): RV(outcome=out_of_memory), final, failure; killed after running out of memory.'
