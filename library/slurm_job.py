@@ -285,12 +285,20 @@ restarts:
   type: int
   sample: 0
 stdout_path:
-  description: The job's output file; null when Slurm no longer tells (state from C(sacct)).
+  description:
+    - The job's output file.
+    - For a job only C(sacct) still knows (it ended more than C(MinJobAge) ago), C(sacct)'s
+      C(StdOut) on Slurm 24.05 and later; before 24.05, whose C(sacct) has no C(StdOut), the log
+      in the job's directory (C(sacct)'s C(WorkDir)) that a launch's job writes,
+      C(<name>-<job id>.out), or else Slurm's default C(slurm-<job id>.out), when that file
+      exists on the host the module runs on; null otherwise.
   returned: always
   type: str
   sample: /nas/runs/train-ddp/train-ddp-1234.out
 stderr_path:
-  description: The job's error file; the same as RV(stdout_path) unless C(--error) was given.
+  description:
+    - The job's error file; the same as RV(stdout_path) unless C(--error) was given (from C(sacct)
+      before 24.05, always the same).
   returned: always
   type: str
   sample: /nas/runs/train-ddp/train-ddp-1234.out
@@ -408,7 +416,6 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.slurm import (
     INVALID_JOB_ID,
-    SACCT_FORMAT,
     SQUEUE_FORMAT,
     JobNotFound,
     PollSchedule,
@@ -421,8 +428,10 @@ from ansible.module_utils.slurm import (
     parse_sbatch_parsable,
     parse_sbatch_test_only,
     parse_scontrol_job,
+    parse_slurm_version,
     parse_squeue,
     retry_command,
+    sacct_query,
     validate_job_name,
 )
 
@@ -456,6 +465,10 @@ RESERVED_SBATCH_OPTIONS = {
     "--wait": "use wait", "-W": "use wait",
     "--array": "the module follows single jobs, not arrays", "-a": "the module follows single jobs, not arrays",
 }
+# Where a job's log is when only sacct knows it and sacct has no StdOut (before 24.05):
+# templates/train.sbatch.j2's --output=<job dir>/%x-%j.out, the launch submitting from the
+# job dir (sacct's WorkDir), or sbatch's default slurm-%j.out there.
+JOB_DIR_LOGS = ("{name}-{job_id}.out", "slurm-{job_id}.out")
 SUBMIT_ATTEMPTS = 5
 # What the result reports of a job record (parse_scontrol_job or parse_sacct, plus its source).
 JOB_KEYS = (
@@ -484,6 +497,22 @@ def reserved_option_problem(sbatch_args):
         option = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
         if option in RESERVED_SBATCH_OPTIONS:
             return f"sbatch_args must not contain {arg!r}: {RESERVED_SBATCH_OPTIONS[option]}"
+    return None
+
+
+def job_dir_log(run):
+    """The log in the job's directory (JOB_DIR_LOGS) of a run that sacct reports, if it is there."""
+    if not run.get("work_dir"):
+        return None
+    try:
+        validate_job_name(run["name"])
+        patterns = JOB_DIR_LOGS
+    except ValueError:  # a name with '/' (not a launch's job) would lead out of the directory
+        patterns = [pattern for pattern in JOB_DIR_LOGS if "{name}" not in pattern]
+    for pattern in patterns:
+        path = os.path.join(run["work_dir"], pattern.format(name=run["name"], job_id=run["job_id"]))
+        if os.path.isfile(path):
+            return path
     return None
 
 
@@ -546,6 +575,7 @@ class SlurmClient:
         self.environ["LC_ALL"] = "C"
         self.unanswered_since = None
         self.outages = []  # seconds, one entry per outage that ended
+        self.sacct_args = None  # (options, fields) for this sacct, once its version is known
 
     def run_once(self, argv, cwd=None):
         self.queries += 1
@@ -571,11 +601,28 @@ class SlurmClient:
         job["state_source"] = "scontrol"
         return job
 
+    def sacct_version_query(self):
+        """sacct's options and fields for its Slurm version: StdOut only from 24.05, which older
+        versions refuse with 'Invalid field requested'. ``sacct --version`` asks no daemon."""
+        if self.sacct_args is None:
+            rc, out, err = self.run(["sacct", "--version"])
+            if rc != 0:
+                raise SlurmCommandError("sacct --version", rc, err)
+            self.sacct_args = sacct_query(parse_slurm_version(out))
+        return self.sacct_args
+
     def accounting_record(self, job_id):
         """The job as slurmdbd knows it (last run), or None if it does not or may not be asked."""
         if self.accounting_problem is not None:
             return None
-        argv = ["sacct", "-j", str(job_id), "-n", "-P", "-D", "-X", "-o", SACCT_FORMAT]
+        try:
+            options, fields = self.sacct_version_query()
+        except (SlurmCommandError, SlurmParseError) as error:
+            if self.accounting != "auto":
+                raise
+            self.accounting_problem = f"sacct's version is unknown: {error}"
+            return None
+        argv = ["sacct", "-j", str(job_id), "-n", "-P", "-D", "-X", *options, "-o", ",".join(fields)]
         if self.accounting == "auto":
             # One try decides: a slurmdbd that does not answer now is not waited for.
             rc, out, err = self.run_once(argv)
@@ -587,9 +634,11 @@ class SlurmClient:
             rc, out, err = self.run(argv)
             if rc != 0:
                 raise SlurmCommandError("sacct", rc, err)
-        summary = parse_sacct(out)[1]
+        runs, summary = parse_sacct(out, fields)
         if summary is not None:
             summary["state_source"] = "sacct"
+            if summary["stdout_path"] is None:
+                summary["stdout_path"] = summary["stderr_path"] = job_dir_log(runs[-1])
         return summary
 
     def find_job(self, job_id):

@@ -4,6 +4,9 @@ at each release's tag (the README's table names the source line of each file).""
 
 import pytest
 import slurm
+import slurm_job
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
 
 VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
 RUN_DIR = "/var/lib/ansible-slurm-train/rec/nas/runs/train-ddp"
@@ -115,3 +118,65 @@ def test_sinfo_nodes(output, version):
     assert {name: (node["state"], node["markers"]) for name, node in nodes.items()} == expected
     assert all(node["cpus"] == 2 and node["gres"] == "gpu:2" and node["partitions"] == ["gpu"]
                for node in nodes.values())
+
+
+# ---------------------------------------------------------------------------
+# slurm_job collecting a job that slurmctld forgot, on each version
+# ---------------------------------------------------------------------------
+
+
+class Exited(Exception):
+    def __init__(self, failed, result):
+        super().__init__(result.get("msg"))
+        self.failed, self.result = failed, result
+
+
+class VersionedSlurm:
+    """run_command as this version's commands answer for job 20 once slurmctld forgot it:
+    scontrol does not know it, sacct refuses what it does not know (its recorded errors)."""
+
+    def __init__(self, output, version, work_dir, log):
+        self.output, self.version, self.work_dir, self.log = output, version, work_dir, log
+        self.argvs = []
+
+    def __call__(self, argv, **kwargs):
+        self.argvs.append(argv)
+        if argv[:3] == ["scontrol", "show", "job"]:
+            return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
+        assert argv[0] == "sacct", argv
+        if argv == ["sacct", "--version"]:
+            return 0, self.output("sacct_version.txt"), ""
+        old = not at_least(self.version, "24.05")
+        if old and "--expand-patterns" in argv:
+            return 1, "", self.output("sacct_expand_patterns_rejected.stderr")
+        fields = argv[argv.index("-o") + 1]
+        if old and "StdOut" in fields.split(","):
+            return 1, "", self.output("sacct_stdout_rejected.stderr")
+        assert fields == ",".join(slurm.sacct_query(tuple(map(int, self.version.split("."))))[1])
+        return 0, self.output("sacct.txt").replace(LOG, self.log).replace(RUN_DIR, self.work_dir), ""
+
+
+def test_job_collected_after_min_job_age_gets_its_log(monkeypatch, tmp_path, output, version):
+    # From 24.05 sacct's StdOut names the log, here one outside the job's directory; before, the
+    # log a launch's job writes in its directory (sacct's WorkDir) is the one found.
+    log = (tmp_path / "logs" / "custom-20.out") if at_least(version, "24.05") else (tmp_path / "train-ddp-20.out")
+    log.parent.mkdir(exist_ok=True)
+    log.write_text("step 1\ntraining done\n")
+    cli = VersionedSlurm(output, version, str(tmp_path), str(log))
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda module, argv, **kwargs: cli(argv, **kwargs))
+
+    def leave(failed):
+        def leave_with(module, msg=None, **result):
+            raise Exited(failed, {"msg": msg, **result})
+        return leave_with
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", leave(False))
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", leave(True))
+    with patch_module_args({"state": "query", "job_id": 20}), pytest.raises(Exited) as exited:
+        slurm_job.main()
+
+    result = exited.value.result
+    assert exited.value.failed is False, result["msg"]
+    assert (result["state"], result["state_source"], result["stdout_path"], result["log_tail"]) == (
+        "COMPLETED", "sacct", str(log), ["step 1", "training done"])
+    assert [argv[:2] for argv in cli.argvs] == [["scontrol", "show"], ["sacct", "--version"], ["sacct", "-j"]]
