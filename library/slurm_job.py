@@ -53,6 +53,9 @@ options:
         separate arguments, never through a shell.
       - Options the module sets itself are refused (C(--job-name), C(--comment), C(--parsable),
         C(--test-only), C(--wait)), and so is C(--array), since the module follows single jobs.
+      - C(--clusters) (C(-M)) is refused too. The module asks the local cluster only (no C(-M) on
+        its queries), so it would lose a job sent elsewhere; submit from a host of that cluster or
+        point O(environment)'s C(SLURM_CONF) at its configuration.
     type: list
     elements: str
     default: []
@@ -149,6 +152,7 @@ options:
     description:
       - Variables for the Slurm commands, for example C(SLURM_CONF). C(LC_ALL) is always C(C), so
         that the output parses the same everywhere.
+      - C(SLURM_CLUSTERS) and C(SBATCH_CLUSTERS) are refused, as C(--clusters) is in O(sbatch_args).
     type: dict
     default: {}
 notes:
@@ -457,6 +461,8 @@ ARGUMENT_SPEC = {
     "progress_from": {"type": "dict"},
 }
 
+CLUSTERS_RULE = ("the module follows jobs of the local cluster only (its queries have no -M); submit from a host "
+                 "of that cluster, or set environment SLURM_CONF to its slurm.conf")
 # Options the module sets itself, or that would break following one job.
 RESERVED_SBATCH_OPTIONS = {
     "--job-name": "use job_name", "-J": "use job_name",
@@ -464,7 +470,12 @@ RESERVED_SBATCH_OPTIONS = {
     "--parsable": "the module sets it", "--test-only": "use check mode",
     "--wait": "use wait", "-W": "use wait",
     "--array": "the module follows single jobs, not arrays", "-a": "the module follows single jobs, not arrays",
+    # sbatch would print "JOBID;CLUSTER", and the job would be lost to the module's queries, which
+    # ask the local slurmctld only.
+    "--clusters": CLUSTERS_RULE, "-M": CLUSTERS_RULE,
 }
+# The variables sbatch (and squeue, scontrol, scancel) take as -M (src/sbatch/opt.c env_vars).
+CLUSTERS_VARIABLES = ("SLURM_CLUSTERS", "SBATCH_CLUSTERS")
 # Where a job's log is when only sacct knows it and sacct has no StdOut (before 24.05):
 # templates/train.sbatch.j2's --output=<job dir>/%x-%j.out, the launch submitting from the
 # job dir (sacct's WorkDir), or sbatch's default slurm-%j.out there.
@@ -668,7 +679,8 @@ class SlurmClient:
         return max(copies, key=lambda job: job["job_id"], default=None)
 
     def submit(self, argv, cwd, find_copy):
-        """Run sbatch; return (job id, submitted by this call).
+        """Run sbatch; return (job id, submitted by this call, cluster: None unless sbatch sent it to
+        another cluster).
 
         A transient error may hide a job the controller did queue before the
         reply was lost, so before trying again ``find_copy`` (if given) looks
@@ -678,13 +690,14 @@ class SlurmClient:
         for attempt in itertools.count(1):
             rc, out, err = self.run_once(argv, cwd=cwd)
             if rc == 0:
-                return parse_sbatch_parsable(out)[0], True
+                job_id, cluster = parse_sbatch_parsable(out)
+                return job_id, True, cluster
             if attempt == SUBMIT_ATTEMPTS or not is_transient_error(rc, err):
                 raise SlurmCommandError("sbatch", rc, err)
             time.sleep(next(delays))
             copy = find_copy() if find_copy else None
             if copy is not None:
-                return copy["job_id"], False
+                return copy["job_id"], False, None
 
     def test_only(self, argv, cwd):
         rc, _, err = self.run(argv, cwd=cwd)
@@ -874,8 +887,14 @@ class SlurmJobRunner:
             self.result["test_only"] = self.slurm.test_only(["sbatch", "--test-only", *options], params["chdir"])
             self.result["changed"] = True
             return
-        job_id, submitted = self.slurm.submit(["sbatch", "--parsable", *options], params["chdir"], find_copy)
+        job_id, submitted, cluster = self.slurm.submit(["sbatch", "--parsable", *options], params["chdir"], find_copy)
         self.result.update(job_id=job_id, submitted=submitted, found_existing=not submitted, changed=submitted)
+        if cluster is not None:
+            # A -M in the script or a SLURM_CLUSTERS the module did not set: say so, rather than
+            # follow an id that the local cluster does not know.
+            self.finish(f"sbatch submitted job {job_id} to cluster {cluster} (a --clusters/-M in the script, or "
+                        f"{'/'.join(CLUSTERS_VARIABLES)} in the environment); {CLUSTERS_RULE}. Cancel it with "
+                        f"'scancel -M {cluster} {job_id}' unless it is wanted there")
 
     def query(self):
         self.record(self.slurm.find_job(self.params["job_id"]))
@@ -921,6 +940,9 @@ def validate(module):
         return f"controller_timeout must be 0 or more seconds, got {params['controller_timeout']}"
     if params["log_tail_lines"] < 0:
         return f"log_tail_lines must not be negative, got {params['log_tail_lines']}"
+    for name in CLUSTERS_VARIABLES:
+        if name in params["environment"]:
+            return f"environment must not set {name}={params['environment'][name]!r}: {CLUSTERS_RULE}"
     if params["chdir"] is not None and not os.path.isdir(params["chdir"]):
         return f"chdir {params['chdir']} is not a directory"
     return reserved_option_problem(params["sbatch_args"])

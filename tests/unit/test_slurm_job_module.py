@@ -24,6 +24,8 @@ INVALID_JOB_ID = (1, "", "slurm_load_jobs error: Invalid job id specified\n")
 SCRIPT_TEXT = "#!/bin/bash\n#SBATCH --ntasks-per-node=1\nsrun python train.py\n"
 # Where the recorded jobs ran (fixtures/slurm/README.md).
 RECORDED_RUN_DIR = "/var/lib/ansible-slurm-train/rec/nas/runs/train-ddp"
+CLUSTERS_RULE = ("the module follows jobs of the local cluster only (its queries have no -M); submit from a host "
+                 "of that cluster, or set environment SLURM_CONF to its slurm.conf")
 
 
 class ModuleExit(Exception):
@@ -573,10 +575,9 @@ def test_timeout_returns_the_current_state_without_failing(slurm_cli, clock, job
     assert (outcome.result["timed_out"], outcome.result["state"], outcome.result["final"]) == (True, "PENDING", False)
 
 
-def test_wait_false_looks_once_after_submitting(slurm_cli, clock, script, slurm_output, job_output):
-    # sbatch --parsable -M rec prints "12;rec"; the job is then looked at once, as job 12.
+def test_wait_false_looks_once_after_submitting(slurm_cli, clock, script, job_output):
     slurm_cli.answer(SQUEUE)
-    slurm_cli.answer(["sbatch"], out=slurm_output("sbatch_parsable_cluster.txt"))
+    slurm_cli.answer(["sbatch"], out="12\n")
     # A requeued job, as scontrol shows it after its first run: PENDING (BeginTime) with Restarts=1.
     slurm_cli.answer(["scontrol", "show", "job", "-o", "12"], out=job_output("requeued_pending", job_id=12))
     outcome = run_module({"script": script, "job_name": "train-ddp", "wait": False})
@@ -620,6 +621,13 @@ def test_unknown_state_fails_instead_of_passing(slurm_cli, clock, job_output):
     ({"sbatch_args": ["--array=1-4"]},
      "sbatch_args must not contain '--array=1-4': the module follows single jobs, not arrays"),
     ({"sbatch_args": ["--wait"]}, "sbatch_args must not contain '--wait': use wait"),
+    ({"sbatch_args": ["--clusters=other"]}, f"sbatch_args must not contain '--clusters=other': {CLUSTERS_RULE}"),
+    ({"sbatch_args": ["-M", "other"]}, f"sbatch_args must not contain '-M': {CLUSTERS_RULE}"),
+    ({"sbatch_args": ["-Mother"]}, f"sbatch_args must not contain '-Mother': {CLUSTERS_RULE}"),
+    ({"environment": {"SLURM_CLUSTERS": "other"}},
+     f"environment must not set SLURM_CLUSTERS='other': {CLUSTERS_RULE}"),
+    ({"environment": {"SBATCH_CLUSTERS": "other"}},
+     f"environment must not set SBATCH_CLUSTERS='other': {CLUSTERS_RULE}"),
     ({"poll_min": 10, "poll_max": 5},
      ("poll_min/poll_max: invalid poll schedule: need 0 < minimum <= maximum and factor >= 1, "
       "got minimum=10.0 maximum=5.0 factor=2.0")),
@@ -631,6 +639,20 @@ def test_bad_parameters_fail_before_any_command(slurm_cli, script, args, message
     outcome = run_module({"script": script, "job_name": "train-ddp", **args})
     assert (outcome.failed, outcome.result["msg"]) == (True, message)
     assert slurm_cli.calls == []
+
+
+def test_job_sent_to_another_cluster_is_reported_not_followed(slurm_cli, clock, script, slurm_output):
+    # sbatch --parsable -M rec prints "12;rec" (a -M in the script, or SLURM_CLUSTERS in the module's
+    # own environment): the local slurmctld would not know job 12, so it is not looked for there.
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], out=slurm_output("sbatch_parsable_cluster.txt"))
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+    assert outcome.failed is True
+    assert outcome.result["msg"] == (
+        "sbatch submitted job 12 to cluster rec (a --clusters/-M in the script, or SLURM_CLUSTERS/SBATCH_CLUSTERS "
+        f"in the environment); {CLUSTERS_RULE}. Cancel it with 'scancel -M rec 12' unless it is wanted there")
+    assert (outcome.result["job_id"], outcome.result["submitted"], outcome.result["changed"]) == (12, True, True)
+    assert [argv[0] for argv in slurm_cli.argvs] == ["squeue", "sbatch"]
 
 
 def test_unreadable_script_fails_before_submitting(slurm_cli, tmp_path):
