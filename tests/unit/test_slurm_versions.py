@@ -65,6 +65,16 @@ def test_scontrol_show_job(output, version):
     assert job.get("SubmitLine", "").startswith("sbatch --parsable") == at_least(version, "25.11")
 
 
+def test_scontrol_show_job_of_a_forgotten_job(output):
+    with pytest.raises(slurm.JobNotFound):
+        slurm.parse_scontrol_job("", output("scontrol_show_job_invalid_id.stderr"))
+    assert not slurm.is_transient_error(1, output("scontrol_show_job_invalid_id.stderr"))
+
+
+def test_scontrol_timeout_is_transient(output):
+    assert slurm.is_transient_error(1, output("scontrol_show_job_socket_timeout.stderr"))
+
+
 def test_sacct_version(output, version):
     major, minor, _ = slurm.parse_slurm_version(output("sacct_version.txt"))
     assert f"{major}.{minor:02d}" == version
@@ -142,7 +152,7 @@ class VersionedSlurm:
     def __call__(self, argv, **kwargs):
         self.argvs.append(argv)
         if argv[:3] == ["scontrol", "show", "job"]:
-            return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
+            return 1, "", self.output("scontrol_show_job_invalid_id.stderr")
         assert argv[0] == "sacct", argv
         if argv == ["sacct", "--version"]:
             return 0, self.output("sacct_version.txt"), ""
