@@ -614,7 +614,8 @@ class SlurmClient:
 
     def sacct_version_query(self):
         """sacct's options and fields for its Slurm version: StdOut only from 24.05, which older
-        versions refuse with 'Invalid field requested'. ``sacct --version`` asks no daemon."""
+        versions refuse with 'Invalid field requested'. ``sacct --version`` reads the Slurm
+        configuration but asks slurmdbd nothing."""
         if self.sacct_args is None:
             rc, out, err = self.run(["sacct", "--version"])
             if rc != 0:
