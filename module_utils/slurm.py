@@ -443,8 +443,8 @@ SCONTROL_JOB_KEYS = frozenset((
     "GresAllowTaskSharing", "GresOneTaskPerSharing",
     # 24.05 (and Power= no longer printed)
     "StepMgrEnabled", "ResvPorts",
-    # 24.11
-    "OOMKillStep",
+    # 24.11 (MinMemoryTRES for a job of --mem-per-gpu)
+    "OOMKillStep", "MinMemoryTRES",
     # 25.05
     "LicensesAlloc", "SegmentSize", "SpreadSegments", "ConsolidateSegments",
     # 25.11 (KillOInInvalidDependent is spelt KillOnInvalidDependent from here)
