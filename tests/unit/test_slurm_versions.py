@@ -149,7 +149,7 @@ class VersionedSlurm:
         self.output, self.version, self.work_dir, self.log = output, version, work_dir, log
         self.argvs = []
 
-    def __call__(self, argv, **kwargs):
+    def __call__(self, argv):
         self.argvs.append(argv)
         if argv[:3] == ["scontrol", "show", "job"]:
             return 1, "", self.output("scontrol_show_job_invalid_id.stderr")
@@ -166,14 +166,9 @@ class VersionedSlurm:
         return 0, self.output("sacct.txt").replace(LOG, self.log).replace(RUN_DIR, self.work_dir), ""
 
 
-def test_job_collected_after_min_job_age_gets_its_log(monkeypatch, tmp_path, output, version):
-    # From 24.05 sacct's StdOut names the log, here one outside the job's directory; before, the
-    # log a launch's job writes in its directory (sacct's WorkDir) is the one found.
-    log = (tmp_path / "logs" / "custom-20.out") if at_least(version, "24.05") else (tmp_path / "train-ddp-20.out")
-    log.parent.mkdir(exist_ok=True)
-    log.write_text("step 1\ntraining done\n")
-    cli = VersionedSlurm(output, version, str(tmp_path), str(log))
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda module, argv, **kwargs: cli(argv, **kwargs))
+def run_slurm_job(monkeypatch, answer, args):
+    """slurm_job's main() with run_command answered by ``answer(argv)``; the Exited it ends with."""
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda module, argv, **kwargs: answer(argv))
 
     def leave(failed):
         def leave_with(module, msg=None, **result):
@@ -182,11 +177,40 @@ def test_job_collected_after_min_job_age_gets_its_log(monkeypatch, tmp_path, out
 
     monkeypatch.setattr(basic.AnsibleModule, "exit_json", leave(False))
     monkeypatch.setattr(basic.AnsibleModule, "fail_json", leave(True))
-    with patch_module_args({"state": "query", "job_id": 20}), pytest.raises(Exited) as exited:
+    with patch_module_args(args), pytest.raises(Exited) as exited:
         slurm_job.main()
+    return exited.value
 
-    result = exited.value.result
-    assert exited.value.failed is False, result["msg"]
+
+def test_check_mode_predicts(monkeypatch, tmp_path, output):
+    script = tmp_path / "train-ddp.sbatch"
+    script.write_text("#!/bin/bash\nsrun true\n")
+
+    def answer(argv):
+        if argv[0] == "squeue":
+            return 0, "", ""
+        assert argv[:2] == ["sbatch", "--test-only"], argv
+        return 0, "", output("sbatch_test_only.stderr")
+
+    exited = run_slurm_job(monkeypatch, answer, {"script": str(script), "job_name": "train-ddp",
+                                                 "_ansible_check_mode": True})
+    assert exited.failed is False, exited.result["msg"]
+    assert exited.result["test_only"] == {"job_id": 20, "start": "2026-12-02T14:41:03", "processors": 2,
+                                          "nodes": ["rec1", "rec2"], "partition": "gpu", "cluster": None}
+
+
+def test_job_collected_after_min_job_age_gets_its_log(monkeypatch, tmp_path, output, version):
+    # From 24.05 sacct's StdOut names the log, here one outside the job's directory; before, the
+    # log a launch's job writes in its directory (sacct's WorkDir) is the one found.
+    log = (tmp_path / "logs" / "custom-20.out") if at_least(version, "24.05") else (tmp_path / "train-ddp-20.out")
+    log.parent.mkdir(exist_ok=True)
+    log.write_text("step 1\ntraining done\n")
+    cli = VersionedSlurm(output, version, str(tmp_path), str(log))
+
+    exited = run_slurm_job(monkeypatch, cli, {"state": "query", "job_id": 20})
+
+    result = exited.result
+    assert exited.failed is False, result["msg"]
     assert (result["state"], result["state_source"], result["stdout_path"], result["log_tail"]) == (
         "COMPLETED", "sacct", str(log), ["step 1", "training done"])
     assert [argv[:2] for argv in cli.argvs] == [["scontrol", "show"], ["sacct", "--version"], ["sacct", "-j"]]
