@@ -53,6 +53,9 @@ options:
         separate arguments, never through a shell.
       - Options the module sets itself are refused (C(--job-name), C(--comment), C(--parsable),
         C(--test-only), C(--wait)), and so is C(--array), since the module follows single jobs.
+      - C(--clusters) (C(-M)) is refused too. The module asks the local cluster only (no C(-M) on
+        its queries), so it would lose a job sent elsewhere; submit from a host of that cluster or
+        point O(environment)'s C(SLURM_CONF) at its configuration.
     type: list
     elements: str
     default: []
@@ -149,6 +152,7 @@ options:
     description:
       - Variables for the Slurm commands, for example C(SLURM_CONF). C(LC_ALL) is always C(C), so
         that the output parses the same everywhere.
+      - C(SLURM_CLUSTERS) and C(SBATCH_CLUSTERS) are refused, as C(--clusters) is in O(sbatch_args).
     type: dict
     default: {}
   private_output:
@@ -174,6 +178,7 @@ notes:
   - 'C(COMPLETING): RV(outcome=finishing), not final, followed on; processes ending; the epilog may still run.'
   - 'C(CONFIGURING): RV(outcome=waiting), not final, followed on; allocated; waiting for its nodes to become ready.'
   - 'C(DEADLINE): RV(outcome=timeout), final, failure; terminated on reaching its --deadline.'
+  - 'C(EXPEDITING): RV(outcome=requeued), not final, followed on; checked for an expedited requeue; it may run again at once.'
   - 'C(FAILED): RV(outcome=failed), final, failure; terminated with a non-zero exit code or another failure.'
   - 'C(NODE_FAIL): RV(outcome=node_failure), final, failure; terminated because an allocated node failed.'
   - 'C(OUT_OF_MEMORY): RV(outcome=out_of_memory), final, failure; killed after running out of memory.'
@@ -299,12 +304,20 @@ restarts:
   type: int
   sample: 0
 stdout_path:
-  description: The job's output file; null when Slurm no longer tells (state from C(sacct)).
+  description:
+    - The job's output file.
+    - For a job only C(sacct) still knows (it ended more than C(MinJobAge) ago), C(sacct)'s
+      C(StdOut) on Slurm 24.05 and later; before 24.05, whose C(sacct) has no C(StdOut), the log
+      in the job's directory (C(sacct)'s C(WorkDir)) that a launch's job writes,
+      C(<name>-<job id>.out), or else Slurm's default C(slurm-<job id>.out), when that file
+      exists on the host the module runs on; null otherwise.
   returned: always
   type: str
   sample: /nas/runs/train-ddp/train-ddp-1234.out
 stderr_path:
-  description: The job's error file; the same as RV(stdout_path) unless C(--error) was given.
+  description:
+    - The job's error file; the same as RV(stdout_path) unless C(--error) was given (from C(sacct)
+      before 24.05, always the same).
   returned: always
   type: str
   sample: /nas/runs/train-ddp/train-ddp-1234.out
@@ -423,7 +436,6 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.slurm import (
     INVALID_JOB_ID,
-    SACCT_FORMAT,
     SQUEUE_FORMAT,
     JobNotFound,
     PollSchedule,
@@ -436,8 +448,10 @@ from ansible.module_utils.slurm import (
     parse_sbatch_parsable,
     parse_sbatch_test_only,
     parse_scontrol_job,
+    parse_slurm_version,
     parse_squeue,
     retry_command,
+    sacct_query,
     validate_job_name,
 )
 
@@ -464,6 +478,8 @@ ARGUMENT_SPEC = {
     "private_output": {"type": "bool", "default": False},
 }
 
+CLUSTERS_RULE = ("the module follows jobs of the local cluster only (its queries have no -M); submit from a host "
+                 "of that cluster, or set environment SLURM_CONF to its slurm.conf")
 # Options the module sets itself, or that would break following one job.
 RESERVED_SBATCH_OPTIONS = {
     "--job-name": "use job_name", "-J": "use job_name",
@@ -471,7 +487,16 @@ RESERVED_SBATCH_OPTIONS = {
     "--parsable": "the module sets it", "--test-only": "use check mode",
     "--wait": "use wait", "-W": "use wait",
     "--array": "the module follows single jobs, not arrays", "-a": "the module follows single jobs, not arrays",
+    # sbatch would print "JOBID;CLUSTER", and the job would be lost to the module's queries, which
+    # ask the local slurmctld only.
+    "--clusters": CLUSTERS_RULE, "-M": CLUSTERS_RULE,
 }
+# The variables sbatch (and squeue, scontrol, scancel) take as -M (src/sbatch/opt.c env_vars).
+CLUSTERS_VARIABLES = ("SLURM_CLUSTERS", "SBATCH_CLUSTERS")
+# Where a job's log is when only sacct knows it and sacct has no StdOut (before 24.05):
+# templates/train.sbatch.j2's --output=<job dir>/%x-%j.out, the launch submitting from the
+# job dir (sacct's WorkDir), or sbatch's default slurm-%j.out there.
+JOB_DIR_LOGS = ("{name}-{job_id}.out", "slurm-{job_id}.out")
 SUBMIT_ATTEMPTS = 5
 # What the result reports of a job record (parse_scontrol_job or parse_sacct, plus its source).
 JOB_KEYS = (
@@ -506,6 +531,22 @@ def reserved_option_problem(sbatch_args):
         option = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
         if option in RESERVED_SBATCH_OPTIONS:
             return f"sbatch_args must not contain {arg!r}: {RESERVED_SBATCH_OPTIONS[option]}"
+    return None
+
+
+def job_dir_log(run):
+    """The log in the job's directory (JOB_DIR_LOGS) of a run that sacct reports, if it is there."""
+    if not run.get("work_dir"):
+        return None
+    try:
+        validate_job_name(run["name"])
+        patterns = JOB_DIR_LOGS
+    except ValueError:  # a name with '/' (not a launch's job) would lead out of the directory
+        patterns = [pattern for pattern in JOB_DIR_LOGS if "{name}" not in pattern]
+    for pattern in patterns:
+        path = os.path.join(run["work_dir"], pattern.format(name=run["name"], job_id=run["job_id"]))
+        if os.path.isfile(path):
+            return path
     return None
 
 
@@ -568,6 +609,7 @@ class SlurmClient:
         self.environ["LC_ALL"] = "C"
         self.unanswered_since = None
         self.outages = []  # seconds, one entry per outage that ended
+        self.sacct_args = None  # (options, fields) for this sacct, once its version is known
 
     def run_once(self, argv, cwd=None):
         self.queries += 1
@@ -593,11 +635,29 @@ class SlurmClient:
         job["state_source"] = "scontrol"
         return job
 
+    def sacct_version_query(self):
+        """sacct's options and fields for its Slurm version: StdOut only from 24.05, which older
+        versions refuse with 'Invalid field requested'. ``sacct --version`` reads the Slurm
+        configuration but asks slurmdbd nothing."""
+        if self.sacct_args is None:
+            rc, out, err = self.run(["sacct", "--version"])
+            if rc != 0:
+                raise SlurmCommandError("sacct --version", rc, err)
+            self.sacct_args = sacct_query(parse_slurm_version(out))
+        return self.sacct_args
+
     def accounting_record(self, job_id):
         """The job as slurmdbd knows it (last run), or None if it does not or may not be asked."""
         if self.accounting_problem is not None:
             return None
-        argv = ["sacct", "-j", str(job_id), "-n", "-P", "-D", "-X", "-o", SACCT_FORMAT]
+        try:
+            options, fields = self.sacct_version_query()
+        except (SlurmCommandError, SlurmParseError) as error:
+            if self.accounting != "auto":
+                raise
+            self.accounting_problem = f"sacct's version is unknown: {error}"
+            return None
+        argv = ["sacct", "-j", str(job_id), "-n", "-P", "-D", "-X", *options, "-o", ",".join(fields)]
         if self.accounting == "auto":
             # One try decides: a slurmdbd that does not answer now is not waited for.
             rc, out, err = self.run_once(argv)
@@ -609,9 +669,11 @@ class SlurmClient:
             rc, out, err = self.run(argv)
             if rc != 0:
                 raise SlurmCommandError("sacct", rc, err)
-        summary = parse_sacct(out)[1]
+        runs, summary = parse_sacct(out, fields)
         if summary is not None:
             summary["state_source"] = "sacct"
+            if summary["stdout_path"] is None:
+                summary["stdout_path"] = summary["stderr_path"] = job_dir_log(runs[-1])
         return summary
 
     def find_job(self, job_id):
@@ -652,7 +714,8 @@ class SlurmClient:
         return max(copies, key=lambda job: job["job_id"], default=None)
 
     def submit(self, argv, cwd, find_copy):
-        """Run sbatch; return (job id, submitted by this call).
+        """Run sbatch; return (job id, submitted by this call, cluster: None unless sbatch sent it to
+        another cluster).
 
         A transient error may hide a job the controller did queue before the
         reply was lost, so before trying again ``find_copy`` (if given) looks
@@ -662,13 +725,14 @@ class SlurmClient:
         for attempt in itertools.count(1):
             rc, out, err = self.run_once(argv, cwd=cwd)
             if rc == 0:
-                return parse_sbatch_parsable(out)[0], True
+                job_id, cluster = parse_sbatch_parsable(out)
+                return job_id, True, cluster
             if attempt == SUBMIT_ATTEMPTS or not is_transient_error(rc, err):
                 raise SlurmCommandError("sbatch", rc, err)
             time.sleep(next(delays))
             copy = find_copy() if find_copy else None
             if copy is not None:
-                return copy["job_id"], False
+                return copy["job_id"], False, None
 
     def test_only(self, argv, cwd):
         rc, _, err = self.run(argv, cwd=cwd)
@@ -876,8 +940,14 @@ class SlurmJobRunner:
             return
         if params["private_output"]:
             os.umask(0o077)  # sbatch hands its umask to the job, whose output files Slurm creates with it
-        job_id, submitted = self.slurm.submit(["sbatch", "--parsable", *options], params["chdir"], find_copy)
+        job_id, submitted, cluster = self.slurm.submit(["sbatch", "--parsable", *options], params["chdir"], find_copy)
         self.result.update(job_id=job_id, submitted=submitted, found_existing=not submitted, changed=submitted)
+        if cluster is not None:
+            # A -M in the script or a SLURM_CLUSTERS the module did not set: say so, rather than
+            # follow an id that the local cluster does not know.
+            self.finish(f"sbatch submitted job {job_id} to cluster {cluster} (a --clusters/-M in the script, or "
+                        f"{'/'.join(CLUSTERS_VARIABLES)} in the environment); {CLUSTERS_RULE}. Cancel it with "
+                        f"'scancel -M {cluster} {job_id}' unless it is wanted there")
 
     def query(self):
         self.record(self.find(self.params["job_id"]))
@@ -923,6 +993,9 @@ def validate(module):
         return f"controller_timeout must be 0 or more seconds, got {params['controller_timeout']}"
     if params["log_tail_lines"] < 0:
         return f"log_tail_lines must not be negative, got {params['log_tail_lines']}"
+    for name in CLUSTERS_VARIABLES:
+        if name in params["environment"]:
+            return f"environment must not set {name}={params['environment'][name]!r}: {CLUSTERS_RULE}"
     if params["chdir"] is not None and not os.path.isdir(params["chdir"]):
         return f"chdir {params['chdir']} is not a directory"
     return reserved_option_problem(params["sbatch_args"])

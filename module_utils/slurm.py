@@ -2,8 +2,9 @@
 
 Shipped to the managed hosts as ``ansible.module_utils.slurm``, so it uses the
 standard library only and never imports Ansible.  Everything here is a pure
-function of the text Slurm 22.05 prints (or of its arguments), which keeps it
-testable with recorded command output.
+function of the text Slurm prints (or of its arguments), which keeps it
+testable with recorded command output: 22.05's recorded on the local cluster,
+23.02 to 25.11's derived from SchedMD's sources (tests/unit/fixtures/slurm/).
 """
 
 from __future__ import annotations
@@ -209,8 +210,8 @@ def compress_hostlist(names):
 
 JobStateInfo = collections.namedtuple("JobStateInfo", "final success outcome description")
 
-# Every state Slurm 22.05's job_state_string() prints (squeue(1), JOB STATE
-# CODES).  The flag states Slurm shows instead of the base state (COMPLETING,
+# Every state job_state_string() prints in Slurm 22.05 to 25.11 (squeue(1), JOB
+# STATE CODES).  The flag states Slurm shows instead of the base state (COMPLETING,
 # REQUEUED, ...) are not final: the job moves on by itself or waits for an
 # operator.
 JOB_STATES = {
@@ -227,6 +228,8 @@ JOB_STATES = {
     "PREEMPTED": JobStateInfo(True, False, "preempted", "terminated by preemption"),
     "RUNNING": JobStateInfo(False, False, "running", "running on its allocation"),
     "RESV_DEL_HOLD": JobStateInfo(False, False, "held", "held because its reservation was deleted"),
+    # 25.11: a job of --requeue=expedite being checked for its expedited requeue.
+    "EXPEDITING": JobStateInfo(False, False, "requeued", "checked for an expedited requeue; it may run again at once"),
     "REQUEUE_FED": JobStateInfo(False, False, "requeued", "being requeued by the federation"),
     "REQUEUE_HOLD": JobStateInfo(False, False, "held", "requeued and held until 'scontrol release'"),
     "REQUEUED": JobStateInfo(False, False, "requeued", "being requeued; it will run again"),
@@ -375,10 +378,14 @@ def parse_sbatch_parsable(stdout):
     return int(match.group(1)), match.group(2)
 
 
+# src/api/allocate.c, slurm_job_will_run(): up to 24.11 "Job %u to start at %s using %u
+# processors on nodes %s in partition %s"; from 25.05 "Job %u to start at %s%s%s a using ...",
+# the middle %s%s being " on cluster " and the name when there is one (the " a" is in
+# SchedMD's format).  The hetjob form has no "nodes " and no partition.
 _TEST_ONLY_RE = re.compile(
     r"Job (?P<job_id>\d+) to start at (?P<start>\S+)"
     r"(?: on cluster (?P<cluster>\S+))?"
-    r" using (?P<processors>\d+) processors on (?:nodes )?(?P<nodes>\S+)"
+    r"(?: a)? using (?P<processors>\d+) processors on (?:nodes )?(?P<nodes>\S+)"
     r"(?: in partition (?P<partition>\S+))?"
 )
 
@@ -405,9 +412,12 @@ def parse_sbatch_test_only(stderr):
     raise SlurmParseError(f"sbatch --test-only printed no prediction: {stderr!r}")
 
 
-# Keys that slurm_sprint_job_info() (src/api/job_info.c, 22.05) prints.  Knowing
-# them lets the splitter take a new key only where it cannot be part of a value
-# that may hold spaces.
+# Keys that slurm_sprint_job_info() (src/api/job_info.c, 22.05 to 24.05; from 24.11
+# _sprint_job_info() in src/scontrol/info_job.c) prints, up to 25.11.  Knowing them lets
+# the splitter take a new key only where it cannot be part of a value that may hold
+# spaces: later versions print new keys right after free text (Extra after Comment,
+# SegmentSize after StdOut, SubmitLine after Command), which without them would be
+# read as part of that text.
 SCONTROL_JOB_KEYS = frozenset((
     "JobId", "ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "HetJobId", "HetJobOffset",
     "JobName", "HetJobIdSet", "UserId", "GroupId", "MCS_label", "Priority", "Nice", "Account",
@@ -427,10 +437,23 @@ SCONTROL_JOB_KEYS = frozenset((
     "SpreadJob", "CpusPerTres", "MemPerTres", "TresBind", "TresFreq", "TresPerJob",
     "TresPerNode", "TresPerSocket", "TresPerTask", "MailUser", "MailType", "NtasksPerTRES",
     "Container", "SELinuxContext",
+    # 23.02
+    "FailedNode", "ReqTRES", "AllocTRES", "Extra", "ContainerID",
+    # 23.11
+    "GresAllowTaskSharing", "GresOneTaskPerSharing",
+    # 24.05 (and Power= no longer printed)
+    "StepMgrEnabled", "ResvPorts",
+    # 24.11 (MinMemoryTRES for a job of --mem-per-gpu)
+    "OOMKillStep", "MinMemoryTRES",
+    # 25.05
+    "LicensesAlloc", "SegmentSize", "SpreadSegments", "ConsolidateSegments",
+    # 25.11 (KillOInInvalidDependent is spelt KillOnInvalidDependent from here)
+    "SLUID", "SubmitLine", "KillOnInvalidDependent", "ExpeditedRequeue",
 ))
 # Values printed verbatim: they may hold spaces and "Word=" text.
 _FREE_TEXT_KEYS = frozenset((
     "JobName", "Command", "WorkDir", "StdErr", "StdIn", "StdOut", "Comment", "AdminComment", "SystemComment",
+    "Extra", "SubmitLine",
 ))
 # Printed once per node group by 'scontrol -d', so seeing them again is normal.
 _REPEATED_KEYS = frozenset(("Nodes", "CPU_IDs", "Mem", "GRES"))
@@ -520,25 +543,62 @@ def parse_scontrol_job(stdout, stderr=""):
 
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "NodeList", "Reason", "Start", "End", "Comment")
 SACCT_FORMAT = ",".join(SACCT_FIELDS)
+# sacct prints StdOut and StdErr from 24.05 (src/sacct/sacct.c fields[]); an older sacct
+# answers 'Invalid field requested: "StdOut"' and exits 1 (src/sacct/options.c), and does
+# not know --expand-patterns, without which the fields are the patterns as given (%x-%j.out).
+SACCT_STDIO_SINCE = (24, 5)
+_SLURM_VERSION_RE = re.compile(r"\S+ (\d+)\.(\d+)\.(\d+)")
 
 
-def parse_sacct(stdout):
-    """Runs of a job from ``sacct -n -P -D -X -o SACCT_FORMAT``, oldest first, and a summary.
+def parse_slurm_version(stdout):
+    """(major, minor, micro) of what a Slurm command's ``--version`` prints.
 
-    ``-D`` prints one line per run of a requeued job.  Returns ``(runs,
-    summary)``: summary has the NORMALIZED_JOB_KEYS of the last run, with
-    ``restarts`` = number of runs - 1 and None for what sacct does not tell;
-    it is None when sacct knows no run.
+    ``print_slurm_version()`` (src/common/proc_args.c) prints ``PACKAGE_NAME
+    SLURM_VERSION_STRING``: ``slurm 24.05.8`` as SchedMD builds it,
+    ``slurm-wlm 22.05.8`` in Debian's packages.
     """
+    lines = _data_lines(stdout)
+    match = _SLURM_VERSION_RE.fullmatch(lines[0].strip()) if len(lines) == 1 else None
+    if not match:
+        raise SlurmParseError(f"--version printed {stdout!r}; expected 'slurm MAJOR.MINOR.MICRO'")
+    return tuple(int(part) for part in match.groups())
+
+
+def sacct_query(version):
+    """(options, fields) that sacct of this Slurm version takes for parse_sacct().
+
+    Every version gets WorkDir (the job's directory); from 24.05 also StdErr and
+    StdOut, expanded.  Comment stays last, so that a '|' in it stays there.
+    """
+    fields = SACCT_FIELDS[:-1] + ("WorkDir",)
+    options = []
+    if tuple(version) >= SACCT_STDIO_SINCE:
+        fields += ("StdErr", "StdOut")
+        options.append("--expand-patterns")
+    return options, fields + ("Comment",)
+
+
+def parse_sacct(stdout, fields=SACCT_FIELDS):
+    """Runs of a job from ``sacct -n -P -D -X -o FIELDS``, oldest first, and a summary.
+
+    ``fields`` are those asked for: SACCT_FIELDS, or what sacct_query() gives,
+    which adds ``work_dir`` to each run and, from 24.05, ``stdout_path`` and
+    ``stderr_path``.  ``-D`` prints one line per run of a requeued job.
+    Returns ``(runs, summary)``: summary has the NORMALIZED_JOB_KEYS of the last
+    run, with ``restarts`` = number of runs - 1 and None for what sacct does
+    not tell; it is None when sacct knows no run.
+    """
+    if fields[-1] != "Comment":
+        raise ValueError(f"sacct fields {fields!r}: Comment must come last")
     runs = []
     for line in _data_lines(stdout):
         # Comment is the last field, so a '|' inside it stays there.
-        values = line.split("|", len(SACCT_FIELDS) - 1)
-        if len(values) != len(SACCT_FIELDS):
-            raise SlurmParseError(f"sacct line has {len(values)} fields, expected {len(SACCT_FIELDS)}: {line!r}")
-        row = dict(zip(SACCT_FIELDS, values))
+        values = line.split("|", len(fields) - 1)
+        if len(values) != len(fields):
+            raise SlurmParseError(f"sacct line has {len(values)} fields, expected {len(fields)}: {line!r}")
+        row = dict(zip(fields, values))
         exit_code, exit_signal = _exit_code(row["ExitCode"])
-        runs.append({
+        run = {
             "job_id": _job_id(row["JobID"]),
             "name": row["JobName"],
             "state": normalize_state(row["State"]),
@@ -550,7 +610,11 @@ def parse_sacct(stdout):
             "start": None if row["Start"] in ("Unknown", "None") else row["Start"],
             "end": None if row["End"] in ("Unknown", "None") else row["End"],
             "comment": _optional(row["Comment"]),
-        })
+        }
+        for field, key in (("WorkDir", "work_dir"), ("StdOut", "stdout_path"), ("StdErr", "stderr_path")):
+            if field in row:
+                run[key] = _optional(row[field])
+        runs.append(run)
     if not runs:
         return [], None
     summary = dict.fromkeys(NORMALIZED_JOB_KEYS)

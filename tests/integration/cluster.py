@@ -85,3 +85,15 @@ def alive(pid):
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def nas_without_provisioning(state, venv):
+    """What provision.yml would leave on a test cluster's NAS for a launch with cluster_venv: the
+    shared jobs directory (1777) and a virtualenv whose packages come from the cluster's channel."""
+    nas = Path(state) / "nas"
+    (nas / "jobs").mkdir(exist_ok=True)
+    (nas / "jobs").chmod(0o1777)
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)],
+                   check=True)
+    site = next((Path(venv) / "lib").glob("python3*/site-packages"))
+    (site / "local-cluster-channel.pth").write_text(f"{Path(state) / 'channel' / 'site-packages'}\n")

@@ -21,3 +21,18 @@ def cluster():
     yield Cluster(INVENTORY)
     if not was_up:
         local_cluster("down", "-i", str(INVENTORY))
+
+
+@pytest.fixture
+def state_dir(request):
+    """A state directory for a cluster of the test's own. Not under /tmp: the controller's /tmp
+    is hidden from a cluster's hosts, as a laptop's is from a site's nodes."""
+    import shutil
+    import uuid
+    from pathlib import Path
+    path = Path("/var/lib/ansible-slurm-train/tests") / f"{request.node.name[:40].strip('_')}-{uuid.uuid4().hex[:6]}"
+    path = path.with_name("".join(c if c.isalnum() or c in "-_" else "_" for c in path.name))
+    yield path
+    if path.exists():
+        local_cluster("down", "-i", str(request.getfixturevalue("tmp_path") / "inv"), check=False)
+        shutil.rmtree(path, ignore_errors=True)

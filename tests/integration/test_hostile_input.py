@@ -8,6 +8,7 @@ side (two at a time) to keep the file short; the carried-exactly row submits one
 
 import json
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -128,14 +129,14 @@ def squeue_jobs(cluster):
     return {tuple(line.split("|", 3)) for line in out.splitlines() if line}
 
 
-def row_request(case, base_dir):
+def row_request(case, base_dir, jobs_dir):
     """The row's -e over a good request, its job name, and the launch's argv."""
     extra, _ = REFUSED[case]
     name = unique_job_name("hostile")
     # A node group and a count: Slurm picks the node, so a row does not hang on one node's state.
     request = {"group": "gpu_A6000", "num_nodes": 1, "script": TRAINER, "job_name": name, "wait": False,
                "script_args": "--steps 1",
-               "slurm_launch_jobs_dir": str(base_dir / "jobs"), "slurm_launch_outputs_dir": str(base_dir / "outputs")}
+               "slurm_launch_jobs_dir": str(jobs_dir), "slurm_launch_outputs_dir": str(base_dir / "outputs")}
     for key, value in extra.items():
         if value is None:
             request.pop(key, None)
@@ -148,14 +149,22 @@ def row_request(case, base_dir):
 def refusals(cluster, tmp_path_factory):
     """Every REFUSED row run once, two at a time; each test below reads its own row."""
     rows = {}
-    for case in REFUSED:
+    # Each row's own jobs directory on the NAS, shared as provision.yml makes <nas>/jobs (1777).
+    nas_rows = cluster.nas / "hostile-rows"
+    shutil.rmtree(nas_rows, ignore_errors=True)
+    nas_rows.mkdir(mode=0o1777)
+    nas_rows.chmod(0o1777)
+    for index, case in enumerate(REFUSED):
         base_dir = tmp_path_factory.mktemp("hostile")
         (base_dir / "a b.py").write_text("print('never runs')\n")
-        rows[case] = (base_dir, *row_request(case, base_dir))
+        jobs_dir = nas_rows / str(index)
+        jobs_dir.mkdir(mode=0o1777)
+        jobs_dir.chmod(0o1777)
+        rows[case] = (base_dir, jobs_dir, *row_request(case, base_dir, jobs_dir))
     before = squeue_jobs(cluster)
 
     def run(case):
-        argv = rows[case][3]
+        argv = rows[case][4]
         return case, subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -167,7 +176,7 @@ def refusals(cluster, tmp_path_factory):
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_bad_input_is_refused_before_anything_is_written_or_submitted(refusals, case):
     rows, results, new_jobs = refusals
-    base_dir, name, request, _ = rows[case]
+    base_dir, jobs_dir, name, request, _ = rows[case]
     proc = results[case]
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output
@@ -176,7 +185,7 @@ def test_bad_input_is_refused_before_anything_is_written_or_submitted(refusals, 
     ours = [job for job in new_jobs
             if job[1] in (name, request.get("job_name")) or any(str(base_dir) in field for field in job[2:])]
     assert ours == [], "nothing is submitted"
-    assert not (base_dir / "jobs").exists() and not (base_dir / "outputs").exists(), "nothing is written"
+    assert list(jobs_dir.iterdir()) == [] and not (base_dir / "outputs").exists(), "nothing is written"
 
 
 # What may hold anything reaches the training exactly: arguments with spaces, both quotes,
@@ -197,11 +206,12 @@ if os.environ.get("RANK") == "0":
 
 def test_arguments_path_and_env_reach_the_training_exactly(cluster, tmp_path):
     name = unique_job_name("hostile-carried")
-    script_dir = cluster.nas / "hostile-input" / name / "a dir"
+    # On the controller: the launch stages its directory onto the NAS.
+    script_dir = tmp_path / "hostile-input" / "a dir"
     script_dir.mkdir(parents=True)
     script = script_dir / "it's \"argv\".py"
     script.write_text(ARGV_PRINTER)
-    job_dir = cluster.nas / "jobs" / name
+    job_dir = cluster.nas / "jobs" / "alice" / name
     try:
         request = {"group": "gpu_A6000", "num_nodes": 1, "nproc_per_node": 1, "script": str(script),
                    "job_name": name, "script_args": SCRIPT_ARGS, "time_limit": "5",
@@ -216,13 +226,14 @@ def test_arguments_path_and_env_reach_the_training_exactly(cluster, tmp_path):
         lines = [line for line in log.splitlines() if line.startswith("ARGV_JSON ")]
         assert len(lines) == 1, log
         seen = json.loads(lines[0].removeprefix("ARGV_JSON "))
-        assert seen == {"script": str(script), "args": EXPECTED_ARGS, "env": ENV_VALUE}
-        # What the launch and the job wrote is the user's and not writable by others.
-        for top in (job_dir, tmp_path / "outputs"):
+        staged = f"{job_dir}/code/{job['code']['hash']}/{script.name}"
+        assert seen == {"script": staged, "args": EXPECTED_ARGS, "env": ENV_VALUE}
+        # What the launch and the job wrote is the user's (alice's on the NAS, the controller's
+        # user's in the outputs) and not writable by others.
+        for top, owner in ((job_dir, pwd.getpwnam("alice").pw_uid), (tmp_path / "outputs", os.getuid())):
             for path in [top, *top.rglob("*")]:
                 info = path.lstat()
-                assert info.st_uid == os.getuid(), f"{path} belongs to uid {info.st_uid}"
+                assert info.st_uid == owner, f"{path} belongs to uid {info.st_uid}"
                 assert not info.st_mode & stat.S_IWOTH, f"{path} is world-writable ({oct(info.st_mode)})"
     finally:
-        shutil.rmtree(cluster.nas / "hostile-input" / name, ignore_errors=True)
         shutil.rmtree(job_dir, ignore_errors=True)

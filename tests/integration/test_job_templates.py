@@ -18,8 +18,11 @@ def test_a_nas_job_template_runs_a_two_node_training_with_plain_sbatch(cluster):
     script = templates / "gpu_A6000.sbatch"
     assert "#SBATCH --partition=gpu_A6000\n" in script.read_text()
     env = {**cluster.env, "NPROC_PER_NODE": "1"}
+    # By hand, the training goes where the nodes see it (they do not see this checkout).
+    trainer = work / "train_ddp.py"
+    trainer.write_text((REPO / "examples" / "train_ddp.py").read_text())
     proc = subprocess.run(["sbatch", "--parsable", "--wait", "--job-name=by-hand", str(script),
-                           str(REPO / "examples" / "train_ddp.py"), "--steps", "4"],
+                           str(trainer), "--steps", "4"],
                           cwd=work, env=env, capture_output=True, text=True, timeout=600)
     job_id = proc.stdout.strip()
     log = (work / f"by-hand-{job_id}.out").read_text()

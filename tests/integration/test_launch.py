@@ -91,7 +91,7 @@ def test_check_mode_asks_slurm_for_a_prediction_and_changes_nothing(cluster, tmp
     assert "Slurm would start the job at " in proc.stdout and " on node110,node111 in partition gpu_A6000" in proc.stdout
     # sbatch --test-only uses up a job id (seen on Slurm 22.05), but queues no job.
     assert cluster.slurm("squeue", "-h", "-n", name).stdout == ""
-    assert not (cluster.nas / "jobs" / name).exists(), "nothing is written on the NAS"
+    assert not (cluster.nas / "jobs" / "alice" / name).exists(), "nothing is written on the NAS"
     assert not list(Path(tmp_path).iterdir()), "no outputs"
 
 

@@ -3,10 +3,11 @@ partitions: the job's record comes back from sacct as well, and nodes of two par
 are refused."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from cluster import REPO, Cluster, eventually, local_cluster, write_inventory
+from cluster import Cluster, eventually, local_cluster, nas_without_provisioning, write_inventory
 from launch import TRAINER, launch, next_job_id, outputs_of, unique_job_name
 
 HOSTS = """\
@@ -34,15 +35,20 @@ HOSTS = """\
 @pytest.fixture(scope="module")
 def accounting_cluster(tmp_path_factory):
     base = tmp_path_factory.mktemp("acct")
-    state = base / "state"
+    # Not under /tmp, which the cluster's hosts do not see.
+    state = Path("/var/lib/ansible-slurm-train/tests") / f"acct-{base.name}"
+    venv = state / "nas" / "venv"
     inventory = write_inventory(base / "inv", HOSTS, {
         "cluster_name": "acct", "local_cluster_state_dir": str(state), "cluster_nas_root": str(state / "nas"),
         "local_cluster_network": "10.85.0.0/24", "local_cluster_slurmctld_port": 36817,
         "local_cluster_slurmdbd_port": 36819, "local_cluster_mariadb_port": 33306,
-        "cluster_slurm_conf": str(state / "etc" / "slurm.conf"), "cluster_venv": str(REPO / ".venv")})
+        "cluster_slurm_conf": str(state / "etc" / "slurm.conf"), "cluster_venv": str(venv)})
     local_cluster("up", "-i", str(inventory), "--accounting")
-    yield Cluster(inventory)
-    local_cluster("down", "-i", str(inventory))
+    try:
+        nas_without_provisioning(state, venv)
+        yield Cluster(inventory)
+    finally:
+        local_cluster("down", "-i", str(inventory))
 
 
 def test_job_on_an_accounting_cluster_completes_and_sacct_has_it(accounting_cluster, tmp_path):

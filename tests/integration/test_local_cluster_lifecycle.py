@@ -43,8 +43,8 @@ def links():
     return subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
 
 
-def test_three_node_inventory_with_accounting_builds_that_cluster_and_down_removes_it(tmp_path):
-    state = tmp_path / "state"
+def test_three_node_inventory_with_accounting_builds_that_cluster_and_down_removes_it(tmp_path, state_dir):
+    state = state_dir
     inventory = write_inventory(tmp_path / "inv", THREE_NODES, cluster_vars(state))
     etc_slurm = sorted(os.listdir("/etc/slurm")) if Path("/etc/slurm").exists() else None
     local_cluster("up", "-i", str(inventory), "--accounting")
@@ -104,9 +104,9 @@ BAD_INVENTORIES = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INVENTORIES))
-def test_bad_inventory_is_refused_before_anything_is_made(tmp_path, case):
+def test_bad_inventory_is_refused_before_anything_is_made(tmp_path, case, state_dir):
     hosts, overrides, message = BAD_INVENTORIES[case]
-    state = tmp_path / "state"
+    state = state_dir
     inventory = write_inventory(tmp_path / "inv", hosts, {
         **cluster_vars(state, local_cluster_network="10.79.0.0/24", cluster_name="bad"), **overrides})
     netns_before = netns_names()
@@ -118,9 +118,9 @@ def test_bad_inventory_is_refused_before_anything_is_made(tmp_path, case):
     assert netns_names() == netns_before
 
 
-def test_an_address_already_in_use_is_refused(cluster, tmp_path):
+def test_an_address_already_in_use_is_refused(cluster, tmp_path, state_dir):
     """A second cluster on the running default cluster's network would steal its addresses."""
-    state = tmp_path / "state"
+    state = state_dir
     inventory = write_inventory(tmp_path / "inv", """\
         all:
           children:
@@ -146,7 +146,7 @@ def test_up_without_root_fails_with_one_line(tmp_path):
                            "daemons (try: sudo bin/local-cluster up ...)\n")
 
 
-def test_up_with_a_missing_program_names_it_and_its_package(tmp_path):
+def test_up_with_a_missing_program_names_it_and_its_package(tmp_path, state_dir):
     """A PATH that holds every program the tool needs but slurmd, as on a machine without it."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -155,7 +155,7 @@ def test_up_with_a_missing_program_names_it_and_its_package(tmp_path):
         found = shutil.which(program)
         if found:
             (bin_dir / program).symlink_to(found)
-    state = tmp_path / "state"
+    state = state_dir
     inventory = write_inventory(tmp_path / "inv", THREE_NODES, cluster_vars(state))
     env = {**os.environ, "PATH": str(bin_dir)}
     proc = local_cluster("up", "-i", str(inventory), env=env, check=False)
@@ -173,8 +173,8 @@ def failing_slurmd_path(tmp_path):
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-def test_a_half_failed_up_removes_what_it_made(tmp_path):
-    state = tmp_path / "state"
+def test_a_half_failed_up_removes_what_it_made(tmp_path, state_dir):
+    state = state_dir
     inventory = write_inventory(tmp_path / "inv", THREE_NODES, cluster_vars(state, cluster_name="half"))
     proc = local_cluster("up", "-i", str(inventory), env=failing_slurmd_path(tmp_path), check=False)
     assert proc.returncode == 1
@@ -184,8 +184,8 @@ def test_a_half_failed_up_removes_what_it_made(tmp_path):
     assert not state.exists()
 
 
-def test_down_cleans_up_after_a_failed_up_that_was_kept(tmp_path):
-    state = tmp_path / "state"
+def test_down_cleans_up_after_a_failed_up_that_was_kept(tmp_path, state_dir):
+    state = state_dir
     inventory = write_inventory(tmp_path / "inv", THREE_NODES, cluster_vars(state, cluster_name="kept"))
     proc = local_cluster("up", "-i", str(inventory), "--keep-failed", env=failing_slurmd_path(tmp_path), check=False)
     assert proc.returncode == 1

@@ -2,28 +2,38 @@
 write anything or submit a job. Real mounts (tmpfs) stand for the NAS here."""
 
 import json
+import shutil
 import subprocess
+import uuid
 
 import pytest
 
-from cluster import REPO
+from cluster import REPO, local_cluster
 from launch import TRAINER, launch, unique_job_name
 
 
 @pytest.fixture(params=["full", "read-only"])
-def bad_nas(request, tmp_path):
-    """A 4 MB filesystem, filled up or mounted read-only."""
-    mount_point = tmp_path / request.param
-    mount_point.mkdir()
-    options = "size=4m" + (",ro" if request.param == "read-only" else "")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)], check=True)
+def bad_nas(request, cluster):
+    """A 4 MB filesystem on the NAS path, filled up or mounted read-only, as the login and NAS
+    hosts see it (a mount in their own mount namespaces: the NAS as a site's hosts mount it)."""
+    mount_point = cluster.nas / f"fault-{uuid.uuid4().hex[:8]}" / request.param
+    mount_point.mkdir(parents=True)
+    options = "size=4m,mode=1777" + (",ro" if request.param == "read-only" else "")
+    hosts = ("login01", "nas01")
     try:
-        if request.param == "full":
-            subprocess.run(["dd", "if=/dev/zero", f"of={mount_point}/filler", "bs=1M", "count=8"],
-                           capture_output=True)
+        for host in hosts:
+            on_host(cluster, host, "mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point))
+            if request.param == "full":
+                on_host(cluster, host, "sh", "-c", f"dd if=/dev/zero of={mount_point}/filler bs=1M count=8 2>/dev/null; true")
         yield request.param, mount_point
     finally:
-        subprocess.run(["umount", str(mount_point)], check=True)
+        for host in hosts:
+            on_host(cluster, host, "umount", str(mount_point), check=False)
+        shutil.rmtree(mount_point.parent, ignore_errors=True)
+
+
+def on_host(cluster, host, *argv, check=True):
+    return local_cluster("exec", "-i", str(cluster.inventory), host, "--", *argv, check=check)
 
 
 def expected_words(kind):
@@ -38,7 +48,7 @@ def test_a_launch_onto_a_bad_nas_is_refused_before_submitting(cluster, tmp_path,
     assert proc.returncode != 0
     assert f"{mount_point}/jobs: {mount_point} " in proc.stdout and expected_words(kind) in proc.stdout
     assert f"JobName={name} " not in cluster.slurm("scontrol", "show", "job", "-o").stdout, "nothing was submitted"
-    assert not (mount_point / "jobs").exists()
+    assert "jobs" not in on_host(cluster, "login01", "ls", "-A", str(mount_point)).stdout
 
 
 def test_provisioning_onto_a_bad_nas_stops_before_any_change(cluster, bad_nas):
@@ -50,4 +60,5 @@ def test_provisioning_onto_a_bad_nas_stops_before_any_change(cluster, bad_nas):
     recap = proc.stdout.rsplit("PLAY RECAP", 1)[1]
     assert "changed=0" in recap and "changed=1" not in recap
     assert "node110" not in recap, "the compute nodes are not touched either"
-    assert sorted(p.name for p in mount_point.iterdir()) == ([] if kind == "read-only" else ["filler"])
+    seen = on_host(cluster, "nas01", "ls", "-A", str(mount_point)).stdout.split()
+    assert seen == ([] if kind == "read-only" else ["filler"])

@@ -60,8 +60,10 @@ def test_a_wrong_interface_on_one_node_stops_the_launch_before_it_submits(cluste
     assert ("node111: NCCL_SOCKET_IFNAME names eth9, which node111 does not have up (up: eth0) "
             "(in /etc/nccl.conf; provision.yml writes it anew)") in proc.stdout
     assert "node110: NCCL_SOCKET_IFNAME names" not in proc.stdout
-    assert next_job_id(cluster) == before, "nothing is submitted after a failed preflight"
-    assert not (cluster.nas / "jobs" / name).exists()
+    # One job ran: the node checks; the training was not submitted.
+    assert next_job_id(cluster) == before + 1, "nothing but the node check is submitted after a failed preflight"
+    assert f"JobName={name} " not in cluster.slurm("scontrol", "show", "job", "-o").stdout
+    assert not (cluster.nas / "jobs" / "alice" / name).exists()
     assert "node111: NCCL_SOCKET_IFNAME names eth9" in (tmp_path / "preflight-gpu_A6000.txt").read_text()
 
 
@@ -75,7 +77,7 @@ def test_a_node_without_its_nccl_configuration_is_named(cluster, node111_nccl_co
     assert problem in proc.stdout
     assert problem in (outputs / "preflight-gpu_A6000.txt").read_text()
     assert "node110: /etc/nccl.conf" not in proc.stdout
-    assert next_job_id(cluster) == before
+    assert next_job_id(cluster) == before + 1, "the node check, and no all-reduce after it"
 
 
 def test_a_drained_node_is_named_and_nothing_is_checked_on_it(cluster, tmp_path):

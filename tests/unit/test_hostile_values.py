@@ -102,6 +102,19 @@ def test_extra_directives_are_one_option_on_one_line(directives, bad):
     assert message.startswith(f"extra_directives={bad} is not allowed: each is one sbatch option on one line")
 
 
+@pytest.mark.parametrize("directive", ["--clusters=other", "--clusters other", "--clusters", "-M other", "-Mother",
+                                       "-M"])
+def test_extra_directives_may_not_send_the_job_to_another_cluster(directive):
+    assert problems(extra_directives=[directive]) == [
+        f"extra_directives={directive!r} is not allowed: a launch follows its job on the cluster of its submit host "
+        "only (its Slurm queries have no -M); to run on another cluster, launch with an inventory whose submit host "
+        "belongs to it"]
+
+
+def test_options_that_only_look_like_clusters_are_not_refused():
+    assert problems(extra_directives=["--cluster-constraint=fast", "--mem=4G", "--mail-type=END"]) == []
+
+
 def test_extra_directives_must_be_a_list():
     assert problems(extra_directives="--exclusive") == [
         "extra_directives='--exclusive' is not allowed: give a list of sbatch options, e.g. [\"--exclusive\"]"]

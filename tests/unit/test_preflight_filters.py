@@ -1,5 +1,6 @@
-"""roles/slurm_launch/filter_plugins/preflight.py: the preflight's problems and rows, gathered
-from the facts each node's checks left."""
+"""roles/slurm_launch/filter_plugins/preflight.py: the preflight's problems and rows, from the
+records the node checks (files/preflight/node_check.py, run by Slurm on each node) write. The
+records here are shaped as node_check.py writes them; test_node_check.py runs it for real."""
 import importlib.util
 from pathlib import Path
 
@@ -8,28 +9,75 @@ spec = importlib.util.spec_from_file_location("preflight_filters", PLUGIN)
 preflight = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(preflight)
 
-CHECKED = {
-    "_slurm_launch_preflight_problems": [],
-    "_slurm_launch_preflight_found": {"cuda": "release 11.8", "python": "torch 2.13.0 (/nas/envs/x/bin/python)"},
-    "_nccl_env_check": {"interface": "eth0", "address": "10.0.0.1"},
-    "_nccl_env_check_reach": {"results": [{"item": "n2", "state": "started"}, {"item": "n3", "msg": "Timeout"}]},
-    "_nccl_env_check_problems": ["n1 cannot reach n3 at its eth0 address within 5 s"],
-}
+ETH0 = {"name": "eth0", "operstate": "up", "type": 1, "ipv4": ["10.0.0.1"], "virtual": False}
 
 
-def test_every_node_problem_is_kept_and_a_node_that_was_not_checked_is_named():
-    hostvars = {"n1": {**CHECKED, "_nccl_env_check_group_problems": ["group g: NCCL_IB_HCA differs"]},
-                "n2": {**CHECKED, "_slurm_launch_preflight_problems": ["n2: CUDA: nvcc failed"],
-                       "_nccl_env_check_problems": []},
-                "n3": {}}
-    problems = preflight.preflight_problems(["n1", "n2", "n3"], hostvars)
-    assert problems == ["n1 cannot reach n3 at its eth0 address within 5 s", "n2: CUDA: nvcc failed",
-                        "n3: its checks did not run (not reachable over SSH, or its facts could not be gathered): "
-                        "see the errors above", "group g: NCCL_IB_HCA differs"]
+def record(node, **overrides):
+    network = {"hcas": [], "interfaces": [{**ETH0, "ipv4": [f"10.0.0.{node[-1]}"]}], "proposed": {}, "warnings": []}
+    base = {"node": node, "cuda": "release 11.8", "cuda_error": "", "python": "torch 2.13.0 (/nas/envs/x/bin/python)",
+            "python_error": "", "nccl_env_file_found": True, "conf": {"NCCL_SOCKET_IFNAME": "eth0"},
+            "job": {"NCCL_SOCKET_IFNAME": "eth0"}, "network": network, "interface": "eth0",
+            "address": f"10.0.0.{node[-1]}", "reach": {}, "peers_seen": 3}
+    return {**base, **overrides}
+
+
+CONTEXT = {"check_job": {"job_id": 41, "state": "FAILED", "exit_code": 1, "log_tail": ["a", "b", "python3: not found"]},
+           "cuda_home": "/nas/cuda/cuda-11.8", "env": "conda env x of /nas/anaconda3",
+           "nccl_env_file": "/nas/env/nccl-g.sh", "nccl_conf": "/etc/nccl.conf", "node_groups": ["g", "g", "g"],
+           "connect_timeout": 5}
+
+
+def test_a_healthy_set_of_nodes_has_no_problem():
+    found = [record("n1", reach={"n2": "", "n3": ""}), record("n2", reach={"n1": "", "n3": ""}),
+             record("n3", reach={"n1": "", "n2": ""})]
+    assert preflight.preflight_problems(found, ["n1", "n2", "n3"], CONTEXT) == []
+
+
+def test_every_node_problem_is_named_with_its_fix_and_a_node_that_did_not_report_is_named_with_the_jobs_end():
+    found = [record("n1", reach={"n2": "", "n3": "10.0.0.3:40001: timed out"}),
+             record("n2", cuda="", cuda_error="nvcc: No such file or directory", python="",
+                    python_error="ModuleNotFoundError: No module named 'torch'", nccl_env_file_found=False)]
+    problems = preflight.preflight_problems(found, ["n1", "n2", "n3"], CONTEXT)
+    assert problems == [
+        "n3: the node check did not report (job 41 ended FAILED, exit code 1; its log ends: a | b | python3: not found)",
+        "n1 cannot reach n3 at its eth0 address within 5 s (10.0.0.3:40001: timed out: a firewall, a wrong "
+        "NCCL_SOCKET_IFNAME, or a route missing between the nodes?)",
+        "n2: CUDA: /nas/cuda/cuda-11.8/bin/nvcc --version failed (nvcc: No such file or directory); run provision.yml, "
+        "or set cluster_cuda_home to the toolkit every node sees",
+        "n2: Python env: conda env x of /nas/anaconda3 does not activate or import torch (ModuleNotFoundError: No module "
+        "named 'torch'); run provision.yml, or check conda_environment_file",
+        "n2: NCCL env: /nas/env/nccl-g.sh, which the job sources, is missing; run provision.yml",
+    ]
+
+
+def test_nccl_settings_are_judged_by_the_nccl_env_roles_rules_naming_the_node():
+    found = [record("n1"), record("n2", job={"NCCL_SOCKET_IFNAME": "ib0"}, interface="ib0")]
+    problems = preflight.preflight_problems(found, ["n1", "n2"], {**CONTEXT, "node_groups": ["g", "g"]})
+    assert any(p.startswith("n2: NCCL_SOCKET_IFNAME names ib0, which n2 does not have up (up: eth0)") for p in problems), \
+        problems
+    missing_conf = preflight.preflight_problems([record("n1", conf=None)], ["n1"], {**CONTEXT, "node_groups": ["g"]})
+    assert "n1: /etc/nccl.conf is missing (NCCL reads it on every node); run provision.yml" in missing_conf
+
+
+def test_what_the_launch_does_not_use_is_not_checked():
+    found = [record("n1", cuda="", python="", nccl_env_file_found=False)]
+    context = {**CONTEXT, "cuda_home": "", "env": "", "nccl_env_file": "", "node_groups": ["g"]}
+    assert preflight.preflight_problems(found, ["n1"], context) == []
 
 
 def test_a_row_says_what_the_job_will_use_and_how_many_peers_answered():
-    rows = preflight.preflight_rows(["n1", "n2", "n3"], {"n1": CHECKED, "n2": {}, "n3": {}})
-    assert rows[0] == {"node": "n1", "checks": "CUDA release 11.8; torch 2.13.0 (/nas/envs/x/bin/python); "
-                                              "sockets eth0 10.0.0.1; reaches 1 of 2 nodes"}
-    assert rows[1] == {"node": "n2", "checks": "not checked"}
+    found = [record("n1", reach={"n2": "", "n3": "refused"}), record("n2", interface="", reach={"n1": ""}, cuda="")]
+    rows = preflight.preflight_rows(found, ["n1", "n2", "n3"])
+    assert rows == [
+        {"node": "n1", "checks": "CUDA release 11.8; torch 2.13.0 (/nas/envs/x/bin/python); sockets eth0 10.0.0.1; "
+                                 "reaches 1 of 2 nodes"},
+        {"node": "n2", "checks": "torch 2.13.0 (/nas/envs/x/bin/python); sockets (NCCL chooses) 10.0.0.2; "
+                                 "reaches 1 of 2 nodes"},
+        {"node": "n3", "checks": "not checked (the node check did not report)"},
+    ]
+
+
+def test_node_groups_are_the_nccl_env_roles():
+    groups = {"all": ["n1", "login"], "compute": ["n1"], "gpu_A6000": ["n1"], "submit": ["login"]}
+    hostvars = {"n1": {"group_names": ["compute", "gpu_A6000"]}}
+    assert preflight.preflight_node_groups(["n1"], hostvars, groups) == ["gpu_A6000"]

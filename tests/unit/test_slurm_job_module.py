@@ -15,13 +15,17 @@ from ansible.module_utils.testing import patch_module_args
 
 SQUEUE = ["squeue", "-h", "-u", str(os.geteuid()), "-n", "train-ddp", "-o", "%i|%j|%T|%r|%N|%k"]
 SCONTROL = ["scontrol", "show", "job", "-o", "1234"]
+# The local cluster's sacct (Debian's 22.05.8): no StdOut field, so WorkDir names the job's directory.
+SACCT_VERSION = ["sacct", "--version"]
 SACCT = ["sacct", "-j", "1234", "-n", "-P", "-D", "-X", "-o",
-         "JobID,JobName,State,ExitCode,Elapsed,NodeList,Reason,Start,End,Comment"]
+         "JobID,JobName,State,ExitCode,Elapsed,NodeList,Reason,Start,End,WorkDir,Comment"]
 SOCKET_TIMEOUT = (1, "", "slurm_load_jobs error: Socket timed out on send/recv operation\n")
 INVALID_JOB_ID = (1, "", "slurm_load_jobs error: Invalid job id specified\n")
 SCRIPT_TEXT = "#!/bin/bash\n#SBATCH --ntasks-per-node=1\nsrun python train.py\n"
 # Where the recorded jobs ran (fixtures/slurm/README.md).
 RECORDED_RUN_DIR = "/var/lib/ansible-slurm-train/rec/nas/runs/train-ddp"
+CLUSTERS_RULE = ("the module follows jobs of the local cluster only (its queries have no -M); submit from a host "
+                 "of that cluster, or set environment SLURM_CONF to its slurm.conf")
 
 
 class ModuleExit(Exception):
@@ -125,12 +129,19 @@ def job_output(slurm_output):
 
 @pytest.fixture
 def sacct_output(slurm_output):
-    """A recorded sacct output as that of job 1234: its JobID column rewritten, nothing else."""
+    """A recorded sacct output as that of job 1234: its JobID column rewritten, and the WorkDir
+    column that the module also asks for put before Comment (the recordings' -o had no WorkDir;
+    each recorded job ran in RECORDED_RUN_DIR), or ``work_dir``."""
 
-    def read(name, job_id=1234):
-        return re.sub(r"^\d+\|", f"{job_id}|", slurm_output(name), flags=re.MULTILINE)
+    def read(name, job_id=1234, work_dir=RECORDED_RUN_DIR):
+        text = re.sub(r"^\d+\|", f"{job_id}|", slurm_output(name), flags=re.MULTILINE)
+        return re.sub(r"^((?:[^|\n]*\|){9})", lambda match: f"{match.group(1)}{work_dir}|", text, flags=re.MULTILINE)
 
     return read
+
+
+def answer_sacct_version(slurm_cli, slurm_output, version="22.05"):
+    slurm_cli.answer(SACCT_VERSION, out=slurm_output(f"{version}/sacct_version.txt"))
 
 
 def run_module(args, check_mode=False):
@@ -390,26 +401,71 @@ def test_sbatch_rejection_is_not_retried(slurm_cli, clock, script):
     assert (outcome.result["changed"], outcome.result["submitted"], outcome.result["job_id"]) == (False, False, None)
 
 
-def test_job_aged_out_of_scontrol_is_found_in_sacct(slurm_cli, clock, job_output, sacct_output):
+def test_job_aged_out_of_scontrol_is_found_in_sacct(slurm_cli, clock, job_output, sacct_output, slurm_output,
+                                                     tmp_path):
+    # Its log is in its job directory (sacct's WorkDir), as templates/train.sbatch.j2 names it.
+    log = tmp_path / "train-ddp-1234.out"
+    log.write_text("epoch 1\ntraining done\n")
     slurm_cli.answer(SCONTROL, out=job_output("running"))
     slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
-    slurm_cli.answer(SACCT, out=sacct_output("sacct_completed.txt"))
+    answer_sacct_version(slurm_cli, slurm_output)
+    slurm_cli.answer(SACCT, out=sacct_output("sacct_completed.txt", work_dir=str(tmp_path)))
 
     outcome = run_module({"job_id": 1234})
 
     assert outcome.failed is False
-    assert slurm_cli.argvs == [SCONTROL, SCONTROL, SACCT]
+    assert slurm_cli.argvs == [SCONTROL, SCONTROL, SACCT_VERSION, SACCT]
     result = outcome.result
     assert {key: result[key] for key in ("state", "state_source", "restarts", "nodes", "elapsed_seconds",
-                                          "stdout_path", "exit_code", "submitted", "changed")} == {
+                                          "stdout_path", "stderr_path", "log_tail", "exit_code", "submitted",
+                                          "changed")} == {
         "state": "COMPLETED", "state_source": "sacct", "restarts": 0, "nodes": ["rec1", "rec2"],
-        "elapsed_seconds": 0, "stdout_path": None, "exit_code": 0, "submitted": False, "changed": False,
+        "elapsed_seconds": 0, "stdout_path": str(log), "stderr_path": str(log),
+        "log_tail": ["epoch 1", "training done"], "exit_code": 0, "submitted": False, "changed": False,
     }
 
 
-def test_requeued_job_in_sacct_reports_its_last_run_and_restarts(slurm_cli, clock, sacct_output):
+def test_job_in_sacct_without_a_log_in_its_directory_has_none(slurm_cli, clock, sacct_output, slurm_output, tmp_path):
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    answer_sacct_version(slurm_cli, slurm_output)
+    slurm_cli.answer(SACCT, out=sacct_output("sacct_completed.txt", work_dir=str(tmp_path)))
+    result = run_module({"state": "query", "job_id": 1234}).result
+    assert (result["state"], result["stdout_path"], result["log_tail"]) == ("COMPLETED", None, [])
+
+
+def test_job_in_sacct_with_slurms_default_log_name(slurm_cli, clock, sacct_output, slurm_output, tmp_path):
+    # Submitted without --output (not by a launch): sbatch's default slurm-%j.out in the job's directory.
+    (tmp_path / "slurm-1234.out").write_text("done\n")
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    answer_sacct_version(slurm_cli, slurm_output)
+    slurm_cli.answer(SACCT, out=sacct_output("sacct_completed.txt", work_dir=str(tmp_path)))
+    result = run_module({"state": "query", "job_id": 1234}).result
+    assert (result["stdout_path"], result["log_tail"]) == (str(tmp_path / "slurm-1234.out"), ["done"])
+
+
+def test_job_dir_log_takes_the_name_only_when_it_is_one_path_component(tmp_path):
+    (tmp_path / "x-7.out").write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x-7.out").write_text("")
+    assert slurm_job.job_dir_log({"work_dir": str(tmp_path), "name": "x", "job_id": 7}) == str(tmp_path / "x-7.out")
+    assert slurm_job.job_dir_log({"work_dir": str(tmp_path), "name": "sub/x", "job_id": 7}) is None
+    assert slurm_job.job_dir_log({"work_dir": None, "name": "x", "job_id": 7}) is None
+
+
+def test_sacct_that_cannot_tell_its_version_is_not_asked_in_auto_mode(slurm_cli, clock):
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    slurm_cli.answer(SACCT_VERSION, out="sacct from the future\n")
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.failed is True
+    assert outcome.result["msg"].endswith(
+        "and sacct's version is unknown: --version printed 'sacct from the future\\n'; expected 'slurm MAJOR.MINOR.MICRO'")
+    assert slurm_cli.argvs == [SCONTROL, SACCT_VERSION]
+
+
+def test_requeued_job_in_sacct_reports_its_last_run_and_restarts(slurm_cli, clock, sacct_output, slurm_output):
     # Requeued once with 'scontrol requeue', run again, then cancelled: sacct -D prints both runs.
     slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    answer_sacct_version(slurm_cli, slurm_output)
     slurm_cli.answer(SACCT, out=sacct_output("sacct_requeued.txt"))
 
     outcome = run_module({"state": "query", "job_id": 1234})
@@ -425,6 +481,7 @@ def test_requeued_job_in_sacct_reports_its_last_run_and_restarts(slurm_cli, cloc
 
 def test_unreachable_slurmdbd_is_asked_once_in_auto_mode(slurm_cli, clock, slurm_output):
     slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    answer_sacct_version(slurm_cli, slurm_output)
     slurm_cli.answer(SACCT, rc=1, err=slurm_output("sacct_slurmdbd_down.stderr"))
 
     outcome = run_module({"state": "query", "job_id": 1234})
@@ -442,6 +499,7 @@ def test_unreachable_slurmdbd_is_asked_once_in_auto_mode(slurm_cli, clock, slurm
 def test_accounting_yes_retries_slurmdbd(slurm_cli, clock, slurm_output, sacct_output):
     down = slurm_output("sacct_slurmdbd_down.stderr")
     slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    answer_sacct_version(slurm_cli, slurm_output)
     slurm_cli.answer(SACCT, rc=1, err=down)
     slurm_cli.answer(SACCT, out=sacct_output("sacct_failed.txt"))
     outcome = run_module({"state": "query", "job_id": 1234, "accounting": True})  # YAML's `yes`
@@ -457,8 +515,9 @@ def test_accounting_no_never_runs_sacct(slurm_cli, clock):
     assert slurm_cli.argvs == [SCONTROL]
 
 
-def test_job_unknown_everywhere(slurm_cli, clock):
+def test_job_unknown_everywhere(slurm_cli, clock, slurm_output):
     slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    answer_sacct_version(slurm_cli, slurm_output)
     slurm_cli.answer(SACCT, out="")
     outcome = run_module({"state": "query", "job_id": 1234})
     assert outcome.failed is True
@@ -516,10 +575,9 @@ def test_timeout_returns_the_current_state_without_failing(slurm_cli, clock, job
     assert (outcome.result["timed_out"], outcome.result["state"], outcome.result["final"]) == (True, "PENDING", False)
 
 
-def test_wait_false_looks_once_after_submitting(slurm_cli, clock, script, slurm_output, job_output):
-    # sbatch --parsable -M rec prints "12;rec"; the job is then looked at once, as job 12.
+def test_wait_false_looks_once_after_submitting(slurm_cli, clock, script, job_output):
     slurm_cli.answer(SQUEUE)
-    slurm_cli.answer(["sbatch"], out=slurm_output("sbatch_parsable_cluster.txt"))
+    slurm_cli.answer(["sbatch"], out="12\n")
     # A requeued job, as scontrol shows it after its first run: PENDING (BeginTime) with Restarts=1.
     slurm_cli.answer(["scontrol", "show", "job", "-o", "12"], out=job_output("requeued_pending", job_id=12))
     outcome = run_module({"script": script, "job_name": "train-ddp", "wait": False})
@@ -563,6 +621,13 @@ def test_unknown_state_fails_instead_of_passing(slurm_cli, clock, job_output):
     ({"sbatch_args": ["--array=1-4"]},
      "sbatch_args must not contain '--array=1-4': the module follows single jobs, not arrays"),
     ({"sbatch_args": ["--wait"]}, "sbatch_args must not contain '--wait': use wait"),
+    ({"sbatch_args": ["--clusters=other"]}, f"sbatch_args must not contain '--clusters=other': {CLUSTERS_RULE}"),
+    ({"sbatch_args": ["-M", "other"]}, f"sbatch_args must not contain '-M': {CLUSTERS_RULE}"),
+    ({"sbatch_args": ["-Mother"]}, f"sbatch_args must not contain '-Mother': {CLUSTERS_RULE}"),
+    ({"environment": {"SLURM_CLUSTERS": "other"}},
+     f"environment must not set SLURM_CLUSTERS='other': {CLUSTERS_RULE}"),
+    ({"environment": {"SBATCH_CLUSTERS": "other"}},
+     f"environment must not set SBATCH_CLUSTERS='other': {CLUSTERS_RULE}"),
     ({"poll_min": 10, "poll_max": 5},
      ("poll_min/poll_max: invalid poll schedule: need 0 < minimum <= maximum and factor >= 1, "
       "got minimum=10.0 maximum=5.0 factor=2.0")),
@@ -574,6 +639,20 @@ def test_bad_parameters_fail_before_any_command(slurm_cli, script, args, message
     outcome = run_module({"script": script, "job_name": "train-ddp", **args})
     assert (outcome.failed, outcome.result["msg"]) == (True, message)
     assert slurm_cli.calls == []
+
+
+def test_job_sent_to_another_cluster_is_reported_not_followed(slurm_cli, clock, script, slurm_output):
+    # sbatch --parsable -M rec prints "12;rec" (a -M in the script, or SLURM_CLUSTERS in the module's
+    # own environment): the local slurmctld would not know job 12, so it is not looked for there.
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], out=slurm_output("sbatch_parsable_cluster.txt"))
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+    assert outcome.failed is True
+    assert outcome.result["msg"] == (
+        "sbatch submitted job 12 to cluster rec (a --clusters/-M in the script, or SLURM_CLUSTERS/SBATCH_CLUSTERS "
+        f"in the environment); {CLUSTERS_RULE}. Cancel it with 'scancel -M rec 12' unless it is wanted there")
+    assert (outcome.result["job_id"], outcome.result["submitted"], outcome.result["changed"]) == (12, True, True)
+    assert [argv[0] for argv in slurm_cli.argvs] == ["squeue", "sbatch"]
 
 
 def test_unreadable_script_fails_before_submitting(slurm_cli, tmp_path):

@@ -163,6 +163,8 @@ SLURM_22_05_JOB_STATES = {
     "REQUEUE_HOLD", "REQUEUED", "RESIZING", "REVOKED", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT",
     "STOPPED", "SUSPENDED", "TIMEOUT",
 }
+# job_state_string() of 25.11 adds EXPEDITING; test_slurm_versions.py checks each version's list.
+SLURM_JOB_STATES = SLURM_22_05_JOB_STATES | {"EXPEDITING"}
 
 EXPECTED_STATE_OUTCOMES = {
     "BOOT_FAIL": (True, "node_failure"), "CANCELLED": (True, "cancelled"),
@@ -170,7 +172,7 @@ EXPECTED_STATE_OUTCOMES = {
     "COMPLETING": (False, "finishing"), "DEADLINE": (True, "timeout"), "FAILED": (True, "failed"),
     "NODE_FAIL": (True, "node_failure"), "OUT_OF_MEMORY": (True, "out_of_memory"),
     "PENDING": (False, "waiting"), "PREEMPTED": (True, "preempted"), "RUNNING": (False, "running"),
-    "RESV_DEL_HOLD": (False, "held"), "REQUEUE_FED": (False, "requeued"),
+    "RESV_DEL_HOLD": (False, "held"), "REQUEUE_FED": (False, "requeued"), "EXPEDITING": (False, "requeued"),
     "REQUEUE_HOLD": (False, "held"), "REQUEUED": (False, "requeued"), "RESIZING": (False, "running"),
     "REVOKED": (True, "revoked"), "SIGNALING": (False, "running"), "SPECIAL_EXIT": (False, "held"),
     "STAGE_OUT": (False, "finishing"), "STOPPED": (False, "suspended"),
@@ -179,7 +181,7 @@ EXPECTED_STATE_OUTCOMES = {
 
 
 def test_job_states_cover_every_slurm_state():
-    assert set(slurm.JOB_STATES) == SLURM_22_05_JOB_STATES
+    assert set(slurm.JOB_STATES) == SLURM_JOB_STATES
 
 
 @pytest.mark.parametrize("state", sorted(slurm.JOB_STATES))

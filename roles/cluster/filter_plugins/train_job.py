@@ -82,6 +82,12 @@ TIME_LIMIT_RE = re.compile(r"[0-9]+(?::[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(?::[0-
 TIME_LIMIT_RULE = ("minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 2:00:00, 1-12:00:00), "
                    "or UNLIMITED for the partition's limit")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# sbatch's --clusters/-M (also "--clusters=a,b", "-M a", "-Ma"): the launch follows its job with
+# queries that have no -M, so a job sent to another cluster would be lost and a rerun would
+# submit it again.
+CLUSTERS_DIRECTIVE_RE = re.compile(r"(?:--clusters(?:[=\s]|$)|-M)")
+CLUSTERS_RULE = ("a launch follows its job on the cluster of its submit host only (its Slurm queries have no -M); "
+                 "to run on another cluster, launch with an inventory whose submit host belongs to it")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 RENDEZVOUS = ("static", "c10d")
 
@@ -147,6 +153,8 @@ def value_problems(values):
             if not isinstance(directive, str) or not directive.startswith("-") or CONTROL_RE.search(directive):
                 refuse("extra_directives", directive, "each is one sbatch option on one line, starting with '-' "
                                                       "(e.g. \"--exclusive\"), without newlines or control characters")
+            elif CLUSTERS_DIRECTIVE_RE.match(directive):
+                refuse("extra_directives", directive, CLUSTERS_RULE)
 
     env = values.get("env", {})
     if not isinstance(env, Mapping):
