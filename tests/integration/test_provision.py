@@ -10,10 +10,13 @@ import hashlib
 import http.server
 import json
 import os
+import pwd
 import re
 import subprocess
+import shutil
 import sys
 import tarfile
+import tempfile
 import threading
 from pathlib import Path
 
@@ -35,8 +38,14 @@ NAS_PLAY = """\
 - name: NAS roles
   hosts: nas
   gather_facts: false
+  # As provision.yml runs them: on the NAS as its owner account. The stand-ins' test hooks
+  # go through `environment` (sudo's env_reset drops the caller's environment).
+  become: true
+  become_user: nasadmin
+  environment: "{{{{ test_env | default({{}}) }}}}"
   roles: {roles}
 """
+NAS_OWNER = "nasadmin"
 NCCL_PLAY = """\
 - name: NCCL role
   hosts: compute
@@ -80,27 +89,32 @@ def environment_yml(path, dependencies):
 
 @pytest.fixture
 def nas(tmp_path):
-    """An inventory with localhost as the NAS host, a NAS directory and the roles' vars."""
+    """An inventory with localhost as the NAS host, a NAS directory owned by the NAS owner
+    (outside pytest's 0700 tmp tree, which that account cannot enter) and the roles' vars."""
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text(f"all:\n  children:\n    nas:\n      hosts:\n        localhost:\n"
-                         f"          ansible_connection: local\n"
-                         f"          ansible_python_interpreter: {sys.executable}\n")
-    (tmp_path / "nas").mkdir()
+    # The system python: the NAS owner cannot enter a virtualenv under /root.
+    inventory.write_text("all:\n  children:\n    nas:\n      hosts:\n        localhost:\n"
+                         "          ansible_connection: local\n"
+                         "          ansible_python_interpreter: /usr/bin/python3\n")
+    nas_root = Path(tempfile.mkdtemp(prefix="test-provision-nas.", dir="/var/tmp"))
+    os.chmod(nas_root, 0o755)
+    shutil.chown(nas_root, NAS_OWNER, NAS_OWNER)
     play = tmp_path / "play.yml"
     play.write_text(NAS_PLAY.format(roles="[cuda_toolkit, conda]"))
     # The conda cases need no toolkit: a play of the conda role alone keeps them quick.
     (tmp_path / "conda.yml").write_text(NAS_PLAY.format(roles="[conda]"))
     variables = {
-        "cluster_nas_root": str(tmp_path / "nas"),
+        "cluster_nas_root": str(nas_root),
         "cuda_toolkit_runfile_controller_path": str(CUDA_RUNFILE),
         "cuda_toolkit_runfile_checksum": sha256(CUDA_RUNFILE),
-        "cuda_toolkit_staging_dir": str(tmp_path / "staging" / "cuda"),
         "conda_installer_controller_path": str(MINIFORGE),
         "conda_installer_checksum": sha256(MINIFORGE),
-        "conda_staging_dir": str(tmp_path / "staging" / "conda"),
         "conda_environment_file": str(environment_yml(tmp_path / "environment.yml", ["python=3.11", "pytorch"])),
     }
-    return inventory, play, variables, tmp_path / "nas"
+    yield inventory, play, variables, nas_root
+    nas_uid = pwd.getpwnam(NAS_OWNER).pw_uid  # lstat: a link's own owner, not its target's
+    assert not [p for p in nas_root.rglob("*") if p.lstat().st_uid != nas_uid], "the NAS roles wrote as another account"
+    shutil.rmtree(nas_root)
 
 
 @pytest.fixture(scope="module")
@@ -158,12 +172,12 @@ def test_interrupted_installs_are_finished_by_a_rerun(nas):
     home, partial = nas_root / "cuda" / "cuda-11.8", nas_root / "cuda" / ".cuda-11.8.partial"
     conda_root = nas_root / "anaconda3"
 
-    killed = playbook(inventory, play, variables, env={"CUDA_STANDIN_KILL_AFTER": "lib64"})
+    killed = playbook(inventory, play, {**variables, "test_env": {"CUDA_STANDIN_KILL_AFTER": "lib64"}})
     assert killed.returncode != 0
     assert not home.exists(), "a killed install left a toolkit at its home"
     assert (partial / "bin" / "nvcc").exists() and not (partial / "version.json").exists()
 
-    killed = playbook(inventory, play, variables, env={"MINIFORGE_STANDIN_KILL_AFTER": "payload"})
+    killed = playbook(inventory, play, {**variables, "test_env": {"MINIFORGE_STANDIN_KILL_AFTER": "payload"}})
     assert killed.returncode != 0
     assert (home / "version.json").exists() and not partial.exists()
     assert conda_root.exists() and not (conda_root / "conda-meta" / ".ansible-slurm-train-installed").exists()
@@ -297,8 +311,9 @@ def test_second_provision_run_reports_changed_zero(tmp_path, http_standins):
         "local_cluster_network": "10.84.0.0/24", "cluster_nas_root": str(state / "nas"),
         "local_cluster_slurmctld_port": 29817, "local_cluster_slurmd_port": 29818,
         "local_cluster_slurmdbd_port": 29819, "local_cluster_mariadb_port": 29306}))
+    # The system python: the NAS owner cannot enter a virtualenv under /root.
     (inventory / "group_vars" / "nas.yml").write_text(json.dumps({
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}))
+        "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"}))
     (inventory / "group_vars" / "compute.yml").write_text(json.dumps({
         "ansible_user": "root", "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_ssh_private_key_file": str(state / "ssh" / "id_ed25519"),
@@ -307,16 +322,19 @@ def test_second_provision_run_reports_changed_zero(tmp_path, http_standins):
     variables = {
         "cuda_toolkit_runfile_url": f"{http_standins}/{CUDA_RUNFILE.name}",
         "cuda_toolkit_runfile_checksum": sha256(CUDA_RUNFILE),
-        "cuda_toolkit_staging_dir": str(tmp_path / "staging" / "cuda"),
         "conda_installer_controller_path": str(MINIFORGE), "conda_installer_checksum": sha256(MINIFORGE),
-        "conda_staging_dir": str(tmp_path / "staging" / "conda"),
         "conda_environment_file": str(environment_yml(tmp_path / "environment.yml", ["python=3.11", "pytorch"])),
     }
     local_cluster("up", "-i", str(inventory))
     try:
+        shutil.chown(state / "nas", NAS_OWNER, NAS_OWNER)  # drop once `up` hands the NAS to its owner
         first = playbook(inventory, REPO / "provision.yml", variables)
         assert first.returncode == 0, first.stdout[-4000:]
         assert recap(first)["localhost"]["changed"] > 0
+        nas_uid = pwd.getpwnam(NAS_OWNER).pw_uid
+        assert [p for p in (state / "nas").rglob("*") if p.lstat().st_uid != nas_uid] == []
+        jobs = (state / "nas" / "jobs").stat()
+        assert (jobs.st_mode & 0o7777, jobs.st_uid) == (0o1777, nas_uid)
         assert (state / "nas" / "env" / "nccl-gpu_pv.sh").read_text().count("export NCCL_SOCKET_IFNAME=eth0") == 1
         check = playbook(inventory, REPO / "provision.yml", variables, check=True)
         assert check.returncode == 0, check.stdout[-4000:]
