@@ -167,6 +167,23 @@ def test_conda_checksum_mismatch_fails_before_the_nas_is_touched(nas):
     assert "Run the installer" not in proc.stdout
 
 
+def test_the_installer_that_runs_is_a_private_copy_no_other_account_can_swap(nas, tmp_path):
+    """The checksummed copy is the copy that runs, from a fresh directory only the NAS owner may
+    write: another user who owns the source's directory cannot swap what runs."""
+    inventory, play, variables, nas_root = nas
+    record = Path(tempfile.mkdtemp(prefix="test-provision-record.", dir="/var/tmp"))
+    record.chmod(0o777)
+    try:
+        proc = playbook(inventory, play, {**variables, "test_env": {"CUDA_STANDIN_RECORD": str(record / "ran")}})
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        mode, owner, path = (record / "ran").read_text().split()
+        assert (mode, owner) == ("700", NAS_OWNER), "the directory the installer ran from is the NAS owner's alone"
+        assert Path(path).name == CUDA_RUNFILE.name and Path(path).parent != CUDA_RUNFILE.parent
+        assert not Path(path).parent.exists(), "the private copy is removed after the run"
+    finally:
+        shutil.rmtree(record, ignore_errors=True)
+
+
 def test_interrupted_installs_are_finished_by_a_rerun(nas):
     inventory, play, variables, nas_root = nas
     home, partial = nas_root / "cuda" / "cuda-11.8", nas_root / "cuda" / ".cuda-11.8.partial"
