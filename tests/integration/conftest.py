@@ -30,9 +30,10 @@ def state_dir(request):
     import shutil
     import uuid
     from pathlib import Path
-    path = Path("/var/lib/ansible-slurm-train/tests") / f"{request.node.name[:40].strip('_')}-{uuid.uuid4().hex[:6]}"
-    path = path.with_name("".join(c if c.isalnum() or c in "-_" else "_" for c in path.name))
+    # Short: slurmd's step sockets live below it, and a Unix socket's path holds 107 bytes at most.
+    path = Path("/var/lib/ansible-slurm-train/tests") / uuid.uuid4().hex[:8]
     yield path
     if path.exists():
         local_cluster("down", "-i", str(request.getfixturevalue("tmp_path") / "inv"), check=False)
         shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(path.with_name(path.name + "-bin"), ignore_errors=True)

@@ -164,10 +164,11 @@ def test_up_with_a_missing_program_names_it_and_its_package(tmp_path, state_dir)
     assert not state.exists()
 
 
-def failing_slurmd_path(tmp_path):
-    """PATH where slurmd is a stand-in that cannot start, so that `up` fails half-way."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+def failing_slurmd_path(state_dir):
+    """PATH where slurmd is a stand-in that cannot start, so that `up` fails half-way. Beside the
+    state dir, not under /tmp: the nodes, where slurmd starts, do not see the controller's /tmp."""
+    bin_dir = state_dir.with_name(state_dir.name + "-bin")
+    bin_dir.mkdir(parents=True)
     (bin_dir / "slurmd").write_text("#!/bin/sh\necho 'slurmd: fatal: stand-in refuses to start' >&2\nexit 1\n")
     (bin_dir / "slurmd").chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
@@ -176,7 +177,7 @@ def failing_slurmd_path(tmp_path):
 def test_a_half_failed_up_removes_what_it_made(tmp_path, state_dir):
     state = state_dir
     inventory = write_inventory(tmp_path / "inv", THREE_NODES, cluster_vars(state, cluster_name="half"))
-    proc = local_cluster("up", "-i", str(inventory), env=failing_slurmd_path(tmp_path), check=False)
+    proc = local_cluster("up", "-i", str(inventory), env=failing_slurmd_path(state_dir), check=False)
     assert proc.returncode == 1
     assert "slurmd of cpu-a1 did not start: slurmd: fatal: stand-in refuses to start" in proc.stderr
     assert "(everything this 'up' made was removed again)" in proc.stderr
@@ -187,7 +188,7 @@ def test_a_half_failed_up_removes_what_it_made(tmp_path, state_dir):
 def test_down_cleans_up_after_a_failed_up_that_was_kept(tmp_path, state_dir):
     state = state_dir
     inventory = write_inventory(tmp_path / "inv", THREE_NODES, cluster_vars(state, cluster_name="kept"))
-    proc = local_cluster("up", "-i", str(inventory), "--keep-failed", env=failing_slurmd_path(tmp_path), check=False)
+    proc = local_cluster("up", "-i", str(inventory), "--keep-failed", env=failing_slurmd_path(state_dir), check=False)
     assert proc.returncode == 1
     report = status(inventory)
     running = [c["pid"] for c in report["components"] if c["running"]]

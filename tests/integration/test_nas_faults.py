@@ -2,6 +2,7 @@
 write anything or submit a job. Real mounts (tmpfs) stand for the NAS here."""
 
 import json
+import pwd
 import shutil
 import subprocess
 import uuid
@@ -18,7 +19,8 @@ def bad_nas(request, cluster):
     hosts see it (a mount in their own mount namespaces: the NAS as a site's hosts mount it)."""
     mount_point = cluster.nas / f"fault-{uuid.uuid4().hex[:8]}" / request.param
     mount_point.mkdir(parents=True)
-    options = "size=4m,mode=1777" + (",ro" if request.param == "read-only" else "")
+    owner = pwd.getpwnam(cluster.report["nas_owner"])  # the NAS belongs to its service account
+    options = f"size=4m,mode=1777,uid={owner.pw_uid},gid={owner.pw_gid}" + (",ro" if request.param == "read-only" else "")
     hosts = ("login01", "nas01")
     try:
         for host in hosts:

@@ -335,7 +335,8 @@ def test_second_provision_run_reports_changed_zero(tmp_path, http_standins):
         "ansible_user": "root", "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_ssh_private_key_file": str(state / "ssh" / "id_ed25519"),
         "ansible_ssh_common_args": f"-o UserKnownHostsFile={state / 'ssh' / 'known_hosts'} -o StrictHostKeyChecking=yes",
-        "nccl_env_sysfs_root": str(SYSFS / "no_hca")}))
+        # The fixture tree is copied where the nodes see it (below, after up).
+        "nccl_env_sysfs_root": str(state / "sysfs" / "no_hca")}))
     variables = {
         "cuda_toolkit_runfile_url": f"{http_standins}/{CUDA_RUNFILE.name}",
         "cuda_toolkit_runfile_checksum": sha256(CUDA_RUNFILE),
@@ -344,7 +345,7 @@ def test_second_provision_run_reports_changed_zero(tmp_path, http_standins):
     }
     local_cluster("up", "-i", str(inventory))
     try:
-        shutil.chown(state / "nas", NAS_OWNER, NAS_OWNER)  # drop once `up` hands the NAS to its owner
+        shutil.copytree(SYSFS, state / "sysfs", symlinks=True)
         first = playbook(inventory, REPO / "provision.yml", variables)
         assert first.returncode == 0, first.stdout[-4000:]
         assert recap(first)["localhost"]["changed"] > 0

@@ -143,9 +143,9 @@ def test_ssh_to_a_compute_node_is_refused_to_a_user_without_a_job_there(cluster)
     assert cluster.ssh("login01", "hostname", user="alice").stdout == "login01\n"
 
 
-def test_down_refuses_a_state_dir_without_a_cluster_record_and_removes_nothing(tmp_path):
-    state = tmp_path / "throwaway"
-    state.mkdir()
+def test_down_refuses_a_state_dir_without_a_cluster_record_and_removes_nothing(tmp_path, state_dir):
+    state = state_dir
+    state.mkdir(parents=True)
     (state / "precious.txt").write_text("not a cluster\n")
     inventory = write_inventory(tmp_path / "inv", """\
         all:
