@@ -53,10 +53,13 @@ def copy_tree(tree):
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                             cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
     for name in filter(None, listed):
-        source = ROOT / name
-        if source.is_file():
-            (tree / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, tree / name)
+        source, copy = ROOT / name, tree / name
+        if source.is_symlink():  # the sysfs fixtures are trees of links, as sysfs is
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.symlink_to(os.readlink(source))
+        elif source.is_file():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy)
 
 
 def definition_lines(path, names):
