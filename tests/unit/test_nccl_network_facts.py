@@ -484,3 +484,57 @@ def test_module_rejects_an_address_string_instead_of_a_list(capsys):
         result["msg"]
         == "ipv4_addresses[eth0] must be a list of addresses, got '10.0.0.5'"
     )
+
+
+# --- every operstate the kernel documents ---------------------------------------------
+
+# Documentation/networking/operstates.rst (RFC 2863): only "up" carries traffic.
+OPERSTATES = ["unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up"]
+
+
+def physical_interfaces(root, states):
+    """A sysfs tree as the kernel lays it out: class/net/<name> links to the PCI device's net/<name>."""
+    for slot, (name, operstate) in enumerate(states.items(), start=3):
+        device = root / "devices" / "pci0000:00" / f"0000:00:{slot:02x}.0" / "net" / name
+        device.mkdir(parents=True)
+        for attribute, value in (("operstate", operstate), ("type", "1"), ("mtu", "9000"),
+                                 ("address", f"52:54:00:12:34:{slot:02x}")):
+            (device / attribute).write_text(value + "\n")
+        (root / "class" / "net").mkdir(parents=True, exist_ok=True)
+        (root / "class" / "net" / name).symlink_to(os.path.relpath(device, root / "class" / "net"))
+    return str(root)
+
+
+@pytest.mark.parametrize("operstate", OPERSTATES)
+def test_only_an_interface_that_is_up_is_proposed_for_sockets(capsys, tmp_path, operstate):
+    root = physical_interfaces(tmp_path, {"ens1f0": operstate})
+    facts = run_module(capsys, sysfs_root=root, ipv4_addresses={"ens1f0": ["10.10.0.11"]})["ansible_facts"][
+        "nccl_network"]
+    assert facts["interfaces"][0]["operstate"] == operstate
+    if operstate == "up":
+        assert (facts["proposed"].get("NCCL_SOCKET_IFNAME"), facts["warnings"]) == ("ens1f0", [])
+    else:
+        assert "NCCL_SOCKET_IFNAME" not in facts["proposed"]
+        assert facts["warnings"] == ["No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, "
+                                     "not excluded, with an IPv4 address)."]
+
+
+def test_of_interfaces_in_every_operstate_only_the_up_one_is_proposed(capsys, tmp_path):
+    names = {f"ens{index}": state for index, state in enumerate(OPERSTATES, start=1)}
+    root = physical_interfaces(tmp_path, names)
+    addresses = {name: [f"10.10.{index}.11"] for index, name in enumerate(names)}
+    facts = run_module(capsys, sysfs_root=root, ipv4_addresses=addresses)["ansible_facts"]["nccl_network"]
+    assert facts["proposed"] == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "ens7"}
+    assert [(iface["name"], iface["operstate"], iface["virtual"]) for iface in facts["interfaces"]] == [
+        (name, state, False) for name, state in names.items()]
+
+
+def test_an_empty_address_map_means_no_interface_has_an_address(capsys):
+    # What the role passes when the gathered facts show no IPv4 address anywhere: known, and
+    # none; not "unknown", which would propose every up interface.
+    result = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), ipv4_addresses={})
+    facts = result["ansible_facts"]["nccl_network"]
+    assert "NCCL_SOCKET_IFNAME" not in facts["proposed"]
+    assert facts["warnings"] == ["No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, "
+                                 "not excluded, with an IPv4 address)."]
+    assert all(iface["ipv4"] == [] for iface in facts["interfaces"])
