@@ -538,3 +538,58 @@ def test_an_empty_address_map_means_no_interface_has_an_address(capsys):
     assert facts["warnings"] == ["No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, "
                                  "not excluded, with an IPv4 address)."]
     assert all(iface["ipv4"] == [] for iface in facts["interfaces"])
+
+
+# --- GID tables with holes, ports of mixed kinds ------------------------------------
+
+
+def roce_port_dir(root, gids):
+    """ports/1 of a RoCE HCA as sysfs has it: gids/<i>, gid_attrs/types/<i>, gid_attrs/ndevs/<i>."""
+    port = root / "ports" / "1"
+    for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
+        (port / sub).mkdir(parents=True)
+    for index, (gid, kind) in enumerate(gids):
+        (port / "gids" / str(index)).write_text(gid + "\n")
+        if kind:  # the kernel answers EINVAL for an unused GID's attributes: no file here
+            (port / "gid_attrs" / "types" / str(index)).write_text(kind + "\n")
+            (port / "gid_attrs" / "ndevs" / str(index)).write_text("ens1f0\n")
+    return str(port)
+
+
+def test_a_gid_table_with_a_hole_keeps_the_gids_after_it(tmp_path):
+    # An address removed from the interface leaves its GIDs zero; a newer one sits after them.
+    zero = nccl.ZERO_GID
+    port = roce_port_dir(tmp_path, [(ENS1F0_LINK_LOCAL, "IB/RoCE v1"), (ENS1F0_LINK_LOCAL, "RoCE v2"),
+                                    (zero, None), (zero, None),
+                                    (ENS1F0_IPV4_MAPPED, "IB/RoCE v1"), (ENS1F0_IPV4_MAPPED, "RoCE v2")])
+    gids = nccl.read_gids(port)
+    assert [(gid["index"], gid["type"]) for gid in gids] == [
+        (0, "IB/RoCE v1"), (1, "RoCE v2"), (4, "IB/RoCE v1"), (5, "RoCE v2")]
+    assert nccl.choose_gid_index(gids, "RoCE v2") == 5
+
+
+def test_of_two_ipv4_mapped_gids_the_lowest_index_is_chosen():
+    second = "0000:0000:0000:0000:0000:ffff:0a0a:000c"  # 10.10.0.12, a second address
+    gids = roce_gids("ens1f0", ENS1F0_LINK_LOCAL, ENS1F0_IPV4_MAPPED) + [
+        {"index": 4, "gid": second, "type": "IB/RoCE v1", "ndev": "ens1f0"},
+        {"index": 5, "gid": second, "type": "RoCE v2", "ndev": "ens1f0"},
+    ]
+    assert nccl.choose_gid_index(gids, "RoCE v2") == 3
+    assert nccl.choose_gid_index(list(reversed(gids)), "RoCE v2") == 5  # "lowest" is the table's order
+
+
+def test_an_infiniband_port_before_a_roce_port_does_not_hide_it():
+    ib_hca = nccl.active_ports(nccl.read_hcas(sysfs("ib_single")))
+    roce = active_roce_port("mlx5_1", "ens1f0", ENS1F0_LINK_LOCAL, ENS1F0_IPV4_MAPPED)
+    assert nccl.propose_gid_index(ib_hca + [roce], "RoCE v2") == (3, [])
+
+
+def test_an_hca_without_ports_and_attributes_that_are_missing_or_garbage(tmp_path):
+    (tmp_path / "class" / "infiniband" / "mlx5_0").mkdir(parents=True)
+    assert nccl.read_hcas(str(tmp_path)) == [
+        {"name": "mlx5_0", "node_guid": None, "fw_ver": None, "board_id": None, "ports": []}]
+    (tmp_path / "mtu").write_text("lots\n")
+    assert nccl.read_sysfs_int(str(tmp_path / "mtu")) is None
+    assert nccl.read_sysfs_int(str(tmp_path / "type")) is None
+    (tmp_path / "type").write_text("32\n")
+    assert nccl.read_sysfs_int(str(tmp_path / "type")) == 32
