@@ -568,6 +568,10 @@ def test_unknown_state_fails_instead_of_passing(slurm_cli, clock, job_output):
       "got minimum=10.0 maximum=5.0 factor=2.0")),
     ({"timeout": -1}, "timeout must be 0 (no limit) or a number of seconds, got -1"),
     ({"log_tail_lines": -1}, "log_tail_lines must not be negative, got -1"),
+    ({"controller_timeout": -1}, "controller_timeout must be 0 or more seconds, got -1"),
+    # A short option with its value attached is the same option.
+    ({"sbatch_args": ["-Jother"]}, "sbatch_args must not contain '-Jother': use job_name"),
+    ({"sbatch_args": ["--exclusive", "-W"]}, "sbatch_args must not contain '-W': use wait"),
     ({"chdir": "/nonexistent/dir"}, "chdir /nonexistent/dir is not a directory"),
 ])
 def test_bad_parameters_fail_before_any_command(slurm_cli, script, args, message):
@@ -648,3 +652,51 @@ def test_new_log_lines_are_the_complete_lines_since_the_offset(tmp_path):
     assert slurm_job.read_new_lines(str(log), offset, 5) == ([], offset)
     log.write_text("new run\n")
     assert slurm_job.read_new_lines(str(log), offset, 5) == (["new run"], 8), "a file that shrank starts over"
+
+
+def test_zero_log_lines_and_a_zero_controller_timeout_are_allowed(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    outcome = run_module({"state": "query", "job_id": 1234, "log_tail_lines": 0, "controller_timeout": 0})
+    assert (outcome.failed, outcome.result["state"], outcome.result["log_tail"]) == (False, "RUNNING", [])
+
+
+def test_a_query_neither_submits_nor_finds_an_existing_copy(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    result = run_module({"state": "query", "job_id": 1234}).result
+    assert (result["changed"], result["submitted"], result["found_existing"], result["timed_out"]) == (
+        False, False, False, False)
+
+
+def test_the_outage_reported_is_how_long_the_controller_did_not_answer(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(8):
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1})
+    # The first sleep is the poll before the first unanswered query; every later one is back-off.
+    assert clock.sleeps[0] == 1
+    assert outcome.result["controller_outage_seconds"] == pytest.approx(round(sum(clock.sleeps[1:]), 1))
+
+
+def test_a_slice_shows_at_most_the_five_newest_log_lines(slurm_cli, clock, tmp_path, job_output):
+    (tmp_path / "train-ddp-1234.out").write_text("".join(f"step {n}\n" for n in range(12)))
+    slurm_cli.answer(SCONTROL, out=job_output("running", run_dir=str(tmp_path)))
+    slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(tmp_path)))
+    result = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60}).result
+    assert result["progress"]["log_lines"] == ["step 7", "step 8", "step 9", "step 10", "step 11"]
+    assert result["log_tail"][-1] == "step 11" and len(result["log_tail"]) == 12
+
+
+def test_the_log_tail_starts_at_a_line_even_when_a_block_ends_inside_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm_job, "LOG_READ_BLOCK", 4)
+    log = tmp_path / "job.out"
+    log.write_text("aa\nbb\ncc\n")
+    assert slurm_job.read_log_tail(str(log), 2) == ["bb", "cc"]
+
+
+def test_no_new_lines_are_read_when_none_are_wanted(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text("one\ntwo\n")
+    assert slurm_job.read_new_lines(str(log), None, 0) == ([], None)
+    assert slurm_job.read_new_lines(str(log), 4, 0) == ([], 4)
+    assert slurm_job.read_new_lines(None, 4, 5) == ([], 4)
