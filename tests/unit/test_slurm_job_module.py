@@ -4,7 +4,9 @@ The module runs in-process: its arguments come from patch_module_args and
 exit_json/fail_json raise instead of exiting, carrying the result.
 """
 
+import functools
 import os
+import random
 import re
 
 import pytest
@@ -700,3 +702,105 @@ def test_no_new_lines_are_read_when_none_are_wanted(tmp_path):
     assert slurm_job.read_new_lines(str(log), None, 0) == ([], None)
     assert slurm_job.read_new_lines(str(log), 4, 0) == ([], 4)
     assert slurm_job.read_new_lines(None, 4, 5) == ([], 4)
+
+
+def test_sbatch_is_tried_five_times_while_the_controller_is_away(slurm_cli, clock, script, slurm_output, job_output):
+    connect_failure = slurm_output("sbatch_connect_failure.stderr")
+    slurm_cli.answer(SQUEUE)
+    for _ in range(4):
+        slurm_cli.answer(["sbatch"], 1, "", connect_failure)
+        slurm_cli.answer(SQUEUE)  # did the controller queue it after all?
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+    assert (outcome.failed, outcome.result["submitted"], outcome.result["job_id"]) == (False, True, 1234)
+
+
+def test_sbatch_gives_up_after_the_fifth_try(slurm_cli, clock, script, slurm_output):
+    connect_failure = slurm_output("sbatch_connect_failure.stderr")
+    slurm_cli.answer(SQUEUE)
+    for _ in range(4):
+        slurm_cli.answer(["sbatch"], 1, "", connect_failure)
+        slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], 1, "", connect_failure)
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+    assert outcome.failed is True
+    assert outcome.result["msg"] == ("sbatch failed (rc=1): sbatch: error: Batch job submission failed: "
+                                     "Unable to contact slurm controller (connect failure)")
+    assert [argv[0] for argv in slurm_cli.argvs].count("sbatch") == 5
+
+
+def test_a_long_outage_is_waited_for_with_pauses_of_at_most_fifteen_seconds(slurm_cli, clock, job_output,
+                                                                          monkeypatch):
+    # Without jitter, so that the pauses between tries of the whole command are exact.
+    monkeypatch.setattr(slurm_job, "backoff_delays", functools.partial(slurm_job.backoff_delays, jitter=0))
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(7 * 5):  # seven commands of five tries each
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1})
+    assert outcome.result["state"] == "COMPLETED"
+    # After the first poll, each command's four retries are followed by one pause of the follow.
+    pauses = clock.sleeps[5::5]
+    assert pauses == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
+
+
+def test_giving_up_on_the_controller_says_how_long_it_did_not_answer(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(15):
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1, "controller_timeout": 20})
+    unanswered = sum(clock.sleeps[1:])
+    assert outcome.result["msg"].startswith(f"scontrol show job failed (rc=-): slurmctld did not answer for "
+                                            f"{unanswered:.0f} s (controller_timeout=20): ")
+
+
+def test_the_outage_is_reported_to_a_tenth_of_a_second(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(5):
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    saved = random.getstate()
+    random.seed(1)  # the back-off's jitter, fixed: a sum with a second decimal
+    try:
+        outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1})
+    finally:
+        random.setstate(saved)
+    unanswered = sum(clock.sleeps[1:])
+    assert round(unanswered, 2) != round(unanswered, 1)
+    assert outcome.result["controller_outage_seconds"] == round(unanswered, 1)
+
+
+def test_a_one_line_tail_is_the_last_line(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text("one\ntwo\nthree\n")
+    assert slurm_job.read_log_tail(str(log), 1) == ["three"]
+    assert slurm_job.read_new_lines(str(log), 4, 1) == (["three"], 14)
+
+
+def test_no_news_when_the_log_has_not_grown(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text("one\ntwo\n")
+    assert slurm_job.read_new_lines(str(log), 8, 5) == ([], 8)
+
+
+def test_after_the_end_marker_slurm_is_asked_at_the_marker_pace(slurm_cli, clock, tmp_path, job_output):
+    marker = tmp_path / ".1234.ended"
+    real_sleep = clock.sleep
+
+    def sleep(seconds):
+        if not marker.exists():
+            marker.write_text("0\n")  # the batch script ends during the first wait
+        real_sleep(seconds)
+
+    clock.sleep = sleep
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("running"))  # Slurm has not caught up yet
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"job_id": 1234, "end_marker": str(tmp_path / ".%j.ended"), "poll_min": 5,
+                          "poll_max": 30})
+    assert outcome.result["state"] == "COMPLETED"
+    # The first wait ends at the marker's first check; then two quick looks, not 5 s and 10 s.
+    assert clock.sleeps == [slurm_job.MARKER_CHECK_INTERVAL, slurm_job.MARKER_CHECK_INTERVAL,
+                            slurm_job.MARKER_CHECK_INTERVAL]
