@@ -578,7 +578,7 @@ def test_unknown_state_fails_instead_of_passing(slurm_cli, clock, job_output):
 ])
 def test_bad_parameters_fail_before_any_command(slurm_cli, script, args, message):
     outcome = run_module({"script": script, "job_name": "train-ddp", **args})
-    assert (outcome.failed, outcome.result["msg"]) == (True, message)
+    assert (outcome.failed, outcome.result["msg"], outcome.result["changed"]) == (True, message, False)
     assert slurm_cli.calls == []
 
 
@@ -804,3 +804,22 @@ def test_after_the_end_marker_slurm_is_asked_at_the_marker_pace(slurm_cli, clock
     # The first wait ends at the marker's first check; then two quick looks, not 5 s and 10 s.
     assert clock.sleeps == [slurm_job.MARKER_CHECK_INTERVAL, slurm_job.MARKER_CHECK_INTERVAL,
                             slurm_job.MARKER_CHECK_INTERVAL]
+
+
+def test_a_job_that_ends_while_being_cancelled_is_no_error(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(["scancel"], 1, "", "scancel: error: Kill job error on job id 1234: "
+                                         "Job/step already completing or completed\n")
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"state": "absent", "job_id": 1234})
+    assert (outcome.failed, outcome.result["state"]) == (False, "COMPLETED")
+
+
+def test_a_cancel_that_slurm_refuses_fails_the_task_with_its_reason(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(["scancel"], 1, "", "scancel: error: Kill job error on job id 1234: "
+                                         "Access/permission denied\n")
+    outcome = run_module({"state": "absent", "job_id": 1234})
+    assert outcome.failed is True
+    assert outcome.result["msg"] == ("scancel failed (rc=1): scancel: error: Kill job error on job id 1234: "
+                                     "Access/permission denied")
