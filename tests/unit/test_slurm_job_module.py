@@ -667,6 +667,7 @@ def test_a_query_neither_submits_nor_finds_an_existing_copy(slurm_cli, clock, jo
     result = run_module({"state": "query", "job_id": 1234}).result
     assert (result["changed"], result["submitted"], result["found_existing"], result["timed_out"]) == (
         False, False, False, False)
+    assert result["controller_outage_seconds"] == 0
 
 
 def test_the_outage_reported_is_how_long_the_controller_did_not_answer(slurm_cli, clock, job_output):
@@ -823,3 +824,25 @@ def test_a_cancel_that_slurm_refuses_fails_the_task_with_its_reason(slurm_cli, c
     assert outcome.failed is True
     assert outcome.result["msg"] == ("scancel failed (rc=1): scancel: error: Kill job error on job id 1234: "
                                      "Access/permission denied")
+
+
+def test_a_job_that_ends_at_the_timeout_is_reported_ended_not_timed_out(slurm_cli, clock, job_output):
+    for _ in range(3):
+        slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))  # the look at 3 s, the timeout's last
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1, "timeout": 3})
+    assert (outcome.result["state"], outcome.result["timed_out"]) == ("COMPLETED", False)
+    assert clock.sleeps == [1, 1, 1]
+
+
+def test_the_controller_timeout_is_reached_when_the_outage_lasts_exactly_that_long(slurm_cli, clock, job_output,
+                                                                                  monkeypatch):
+    # No jitter: one command's four retries take 7.5 s, then the follow pauses 1 s: 16 s after two commands.
+    monkeypatch.setattr(slurm_job, "backoff_delays", functools.partial(slurm_job.backoff_delays, jitter=0))
+    monkeypatch.setattr(slurm_job, "retry_command", functools.partial(slurm_job.retry_command, jitter=0))
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(10):
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1, "controller_timeout": 16})
+    assert outcome.result["msg"].startswith("scontrol show job failed (rc=-): slurmctld did not answer for 16 s "
+                                            "(controller_timeout=16)")
