@@ -224,6 +224,8 @@ def test_empty_state_is_a_parse_error():
     ("1-02:03:04", 93784), ("00:12:34", 754), ("12:34", 754), ("0:05", 5), ("100:00:00", 360000),
     ("2-00", 172800), ("2-01:30", 178200), ("UNLIMITED", None), ("INVALID", None),
     ("Partition_Limit", None), ("N/A", None), (" 00:00:00\n", 0),
+    # The largest value of each field (sacct prints a day's last second as 1-23:59:59).
+    ("1-23:59:59", 172799), ("00:59:59", 3599), ("59:59", 3599),
 ])
 def test_parse_duration(text, seconds):
     assert slurm.parse_duration(text) == seconds
