@@ -96,6 +96,7 @@ def test_expand_hostlist_rejects_non_strings():
     (["node08", "node09", "node10"], "node[08-10]"),
     (["node9", "node10"], "node[9-10]"),
     (["node1", "node01"], "node[1,01]"),
+    (["node1", "node3", "node4", "node6"], "node[1,3-4,6]"),  # a later range grows too
     (["gpu01x", "gpu02x"], "gpu01x,gpu02x"),
     (["node5"], "node5"),
     (["login", "node2", "node1", "gpu1"], "gpu1,login,node[1-2]"),
@@ -231,7 +232,8 @@ def test_parse_duration(text, seconds):
     assert slurm.parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "5", "1:2:3:4", "00:61", "01:60:00", "1-24:00:00", "a:b", "1-", "-1:00"])
+@pytest.mark.parametrize("text", ["", "5", "1:2:3:4", "00:61", "01:60:00", "1-24:00:00", "a:b", "1-", "-1:00",
+                                  "00:00:60", "1-00:00:60", "1-00:60"])
 def test_parse_duration_rejects(text):
     with pytest.raises(ValueError, match=f"invalid duration {text!r}"):
         slurm.parse_duration(text)
@@ -723,6 +725,13 @@ def test_backoff_delays():
     assert list(itertools.islice(delays, 5)) == [1, 2, 4, 5, 5]
 
 
+def test_backoff_delays_by_default_start_at_half_a_second_and_are_at_most_a_tenth_longer():
+    # rng at its largest value: each delay as long as the jitter makes it; 8 s is the cap.
+    longest = slurm.backoff_delays(rng=lambda: 1.0)
+    assert list(itertools.islice(longest, 6)) == pytest.approx([0.55, 1.1, 2.2, 4.4, 8.0, 8.0])
+    assert list(itertools.islice(slurm.backoff_delays(rng=lambda: 0.0), 5)) == [0.5, 1, 2, 4, 8]
+
+
 # ---------------------------------------------------------------------------
 # Poll schedule
 # ---------------------------------------------------------------------------
@@ -730,6 +739,8 @@ def test_backoff_delays():
 
 def test_poll_schedule_doubles_up_to_the_cap():
     assert list(itertools.islice(slurm.PollSchedule(1, 30), 8)) == [1, 2, 4, 8, 16, 30, 30, 30]
+    # The defaults: a look after 1 s, at most every 30 s.
+    assert list(itertools.islice(slurm.PollSchedule(), 7)) == [1, 2, 4, 8, 16, 30, 30]
 
 
 def test_poll_schedule_starts_over_on_a_state_change():
