@@ -88,3 +88,16 @@ def test_a_marker_that_cannot_be_read_is_waited_out(tmp_path, clock):
     marker.wait(0.5)
     assert clock.now - 1000.0 == pytest.approx(0.5)
     assert marker.hurry() is False
+
+
+def test_a_wait_shorter_than_the_code_takes_never_asks_for_a_negative_sleep(monkeypatch):
+    # time.sleep refuses a negative length; here each look at the clock costs a millisecond.
+    fake = Clock()
+
+    def monotonic():
+        fake.now += 0.001
+        return fake.now
+
+    monkeypatch.setattr(slurm_job, "time", SimpleNamespace(monotonic=monotonic, sleep=fake.sleep))
+    slurm_job.EndMarker(None, 1).wait(0.0005)
+    assert fake.sleeps == [0.0]
