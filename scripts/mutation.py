@@ -140,9 +140,12 @@ def classify(target, module, tree, items, equivalents):
         mutation = item["mutations"][0]
         line = mutation["start_pos"][0]
         text = source[line - 1].strip()
+        diff = (result or {}).get("diff") or ""
+        mutated = next((d[1:].strip() for d in diff.splitlines() if d.startswith("+") and not d.startswith("+++")),
+                       None)
         described = {"file": target, "line": line, "operator": mutation["operator_name"],
                      "occurrence": mutation["occurrence"], "definition": mutation["definition_name"],
-                     "code": text, "diff": (result or {}).get("diff") or ""}
+                     "code": text, "mutant": mutated, "diff": diff}
         if result is None:
             outcome = "survived"  # no unit test loads the file: nothing ran, so nothing caught it
         elif result["worker_outcome"] == "normal":
@@ -152,8 +155,8 @@ def classify(target, module, tree, items, equivalents):
         if outcome == "killed":
             counts["killed"] += 1
         elif outcome == "survived":
-            why = next((e["why"] for e in equivalents if e["file"] == target
-                        and e["operator"] == mutation["operator_name"] and e["line"] == text), None)
+            why = next((e["why"] for e in equivalents if e["file"] == target and e["operator"] == mutation["operator_name"]
+                        and e["line"] == text and e["mutant"] == mutated), None)
             if why:
                 counts["equivalent"] += 1
                 equivalent.append({**described, "why": why})
@@ -198,7 +201,8 @@ def main(argv=None):
 
     print("\nsurviving mutants (a wrong version of the code that every unit test passes):")
     for s in report["survivors"]:
-        print(f"  {s['file']}:{s['line']} {s['operator'].removeprefix('core/')} in {s['definition']}: {s['code']}")
+        print(f"  {s['file']}:{s['line']} {s['operator'].removeprefix('core/')} in {s['definition']}:\n"
+              f"      - {s['code']}\n      + {s['mutant'] or '(not run: no unit test loads the file)'}")
     if not report["survivors"]:
         print("  none")
     print(f"\n{'file':64} {'killed':>7} {'total':>6} {'equiv':>6} {'score':>7} {'secs':>6}")
