@@ -766,3 +766,31 @@ def test_poll_schedule_costs_few_queries_for_a_long_job():
 def test_poll_schedule_rejects_bad_bounds(minimum, maximum, factor):
     with pytest.raises(ValueError, match="invalid poll schedule"):
         slurm.PollSchedule(minimum, maximum, factor)
+
+
+def test_a_long_line_that_is_no_record_is_quoted_to_200_characters():
+    line = "slurm_load_jobs error: " + "x" * 300
+    with pytest.raises(slurm.SlurmParseError) as error:
+        slurm.parse_scontrol_job(line + "\n")
+    assert str(error.value) == f"not an 'scontrol show job -o' record: {line[:200]!r}"
+
+
+def test_invalid_job_id_in_merged_output_is_job_not_found(slurm_output):
+    # A caller that merged stderr into stdout (2>&1) is read the same.
+    with pytest.raises(slurm.JobNotFound):
+        slurm.parse_scontrol_jobs(slurm_output("scontrol_show_job_invalid_id.stderr"), "")
+
+
+def test_parse_squeue_keeps_a_bar_inside_the_comment():
+    [job] = slurm.parse_squeue("9|train|RUNNING|None|n1|fingerprint:0123456789abcdef a|b|c\n")
+    assert job["comment"] == "fingerprint:0123456789abcdef a|b|c"
+
+
+def test_retry_command_with_one_attempt_runs_once():
+    run = ScriptedRun([TIMEOUT])
+    assert slurm.retry_command(run, ["squeue"], attempts=1, sleep=pytest.fail) == TIMEOUT
+    assert run.calls == [["squeue"]]
+
+
+def test_poll_schedule_may_keep_one_interval():
+    assert list(itertools.islice(slurm.PollSchedule(5, 5, factor=1), 3)) == [5, 5, 5]
