@@ -147,3 +147,9 @@ def test_accepted_values_of_each_kind():
     assert module.value_problems({"partition": "gpu_A6000", "rendezvous": "c10d", "account": "", "conda_env": "",
                                   "nodelist": "node[110-111]", "time_limit": "UNLIMITED",
                                   "script_args": ("--steps", "30"), "env": {"X": 1.5, "Y": 2, "Z": "a"}}) == []
+
+
+@pytest.mark.parametrize("directives", [5, None, {"--exclusive": True}, "--exclusive"])
+def test_extra_directives_that_are_no_list_are_refused(directives):
+    assert module.value_problems({"extra_directives": directives}) == [
+        f"extra_directives={directives!r} is not allowed: give a list of sbatch options, e.g. [\"--exclusive\"]"]
