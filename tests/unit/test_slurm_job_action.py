@@ -166,3 +166,16 @@ def test_a_failed_slice_ends_the_following_and_is_the_result():
     assert len(calls) == 2
     assert (result["failed"], result["msg"]) == (True, "squeue: error: Invalid user")
     assert (result["changed"], result["submitted"], result["found_existing"]) == (True, True, False)
+
+
+def test_following_makes_nothing_on_the_host_before_the_module_runs():
+    # The module is the only thing sent; no temporary directory is made ahead of it.
+    task = SimpleNamespace(args={"script": "/nas/train.sbatch", "progress_every": 5}, async_val=0,
+                           check_mode=False, action="slurm_job")
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
+    plugin = action.ActionModule(task, connection, mock.MagicMock(), None, None, None)
+    with mock.patch.object(plugin, "_make_tmp_path", side_effect=AssertionError("made a remote tmp dir")), \
+            mock.patch.object(plugin, "_execute_module", return_value=slice_result("COMPLETED", True)), \
+            mock.patch.object(action.display, "display"):
+        assert plugin.run(task_vars={})["state"] == "COMPLETED"

@@ -104,3 +104,41 @@ def test_argument_specs_without_main_options_are_named(tmp_path):
     specs.write_text("")
     with pytest.raises(AnsibleActionFail, match="has no argument_specs.main.options"):
         run([], argument_specs_file=str(specs))
+
+
+def test_check_mode_refuses_the_same_keys():
+    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
+            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml")}
+    task = SimpleNamespace(args=args, async_val=0, check_mode=True, action="slurm_launch_extra_vars")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), DataLoader(), None, None)
+    with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=("wiat=false",))), \
+            mock.patch.object(load_extra_vars, "extra_vars", None, create=True):
+        result = plugin.run(task_vars={})
+    assert (result["failed"], result["unknown"]) == (True, ["wiat"])
+
+
+def test_nothing_is_made_on_a_host():
+    # It reads the controller's files only: no temporary directory on the target first.
+    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
+            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml")}
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_extra_vars")
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
+    plugin = action.ActionModule(task, connection, mock.MagicMock(), DataLoader(), None, None)
+    with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=())), \
+            mock.patch.object(load_extra_vars, "extra_vars", None, create=True), \
+            mock.patch.object(plugin, "_make_tmp_path", side_effect=AssertionError("made a remote tmp dir")):
+        assert plugin.run(task_vars={})["unknown"] == []
+
+
+@pytest.mark.parametrize("missing", ["defaults_file", "argument_specs_file"])
+def test_both_role_files_must_be_given(missing):
+    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
+            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml")}
+    del args[missing]
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_extra_vars")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), DataLoader(), None, None)
+    with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=())), \
+            mock.patch.object(load_extra_vars, "extra_vars", None, create=True), \
+            pytest.raises(AnsibleActionFail, match=f"^missing required arguments: {missing}$"):
+        plugin.run(task_vars={})
