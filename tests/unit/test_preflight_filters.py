@@ -104,3 +104,11 @@ def test_a_row_without_a_socket_interface_says_nccl_chooses(hostvars):
                              "_nccl_env_check_reach": {"results": [{"item": "n2", "state": "started"}]}})
     assert preflight.preflight_rows(["n1", "n2"], hostvars)[0] == {
         "node": "n1", "checks": "torch 2.13.0; sockets (NCCL chooses) 10.0.0.1; reaches 1 of 1 nodes"}
+
+
+def test_an_unchecked_node_listed_first_does_not_hide_the_others(hostvars):
+    hostvars.set_fact("n2", {**CHECKED, "_slurm_launch_preflight_problems": ["n2: CUDA: nvcc failed"],
+                             "_nccl_env_check_problems": []})
+    assert preflight.preflight_problems(["n1", "n2"], hostvars) == [
+        "n1: its checks did not run (not reachable over SSH, or its facts could not be gathered): see the errors "
+        "above", "n2: CUDA: nvcc failed"]
