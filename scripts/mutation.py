@@ -8,6 +8,9 @@ surviving mutant, and writes both to outputs/mutation/report.json.
 
     scripts/mutation.py                      # every target
     scripts/mutation.py library/slurm_nodes.py roles/slurm_launch/filter_plugins/*.py
+    scripts/mutation.py --report-only        # score the last run again, after listing an equivalent
+
+A run over some files updates their entries in the report; the others keep their last scores.
 """
 
 import argparse
@@ -174,6 +177,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="*", help="target files (default: all of scripts/mutation.toml's)")
     parser.add_argument("--python", default=sys.executable, help="the Python that runs the unit tests")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: score the last run's sessions again (after editing the equivalents)")
     args = parser.parse_args(argv)
     config = tomllib.loads(CONFIG.read_text(encoding="utf-8"))
     everything = sorted({name for pattern in TARGETS for name in glob.glob(pattern, root_dir=ROOT)})
@@ -183,26 +188,49 @@ def main(argv=None):
         sys.exit(f"mutation: not a target: {', '.join(unknown)} (targets: {', '.join(TARGETS)})")
 
     tree, sessions = OUT / "tree", OUT / "sessions"
-    copy_tree(tree)
+    path = OUT / "report.json"
+    previous = json.loads(path.read_text()) if path.exists() else None
+    if not args.report_only:
+        copy_tree(tree)
     sessions.mkdir(parents=True, exist_ok=True)
     report = {"tool": "cosmic-ray", "goal_percent": GOAL, "files": {}, "survivors": [], "equivalent": []}
     started = time.monotonic()
     for target in chosen:
         began = time.monotonic()
-        print(f"mutation: {target} ...", flush=True)
-        module, tests, items = mutate_one(target, config, tree, args.python, sessions)
+        if args.report_only:
+            session = sessions / f"{re.sub(r'[^A-Za-z0-9]+', '_', target)}.sqlite"
+            if not session.exists():
+                continue
+            module = target + ".py" if (tree / (target + ".py")).exists() else target
+            tests = [f"tests/unit/{name}" for name in config["tests"].get(target, [])
+                     if (tree / "tests" / "unit" / name).exists()]
+            dumped = run([tool("cosmic-ray"), "dump", str(session)], tree)
+            items = [json.loads(line) for line in dumped.splitlines() if line.strip()]
+        else:
+            print(f"mutation: {target} ...", flush=True)
+            module, tests, items = mutate_one(target, config, tree, args.python, sessions)
         counts, survivors, equivalent = classify(target, module, tree, items, config.get("equivalent", []))
         counts["seconds"] = round(time.monotonic() - began, 1)
+        if args.report_only and previous and target in previous["files"]:
+            counts["seconds"] = previous["files"][target]["seconds"]  # the run's, not this rescoring's
         counts["tests"] = tests
         report["files"][target] = counts
         report["survivors"] += survivors
         report["equivalent"] += equivalent
     report["seconds"] = round(time.monotonic() - started, 1)
+    if args.report_only and previous:
+        report["seconds"] = previous["seconds"]
+    if args.files and previous:
+        # A run over some files updates their entries; the other files keep their last scores.
+        kept = {name: counts for name, counts in previous["files"].items() if name not in report["files"]}
+        report["files"] = dict(sorted({**kept, **report["files"]}.items()))
+        for key in ("survivors", "equivalent"):
+            report[key] = [m for m in previous[key] if m["file"] in kept] + report[key]
 
     print("\nsurviving mutants (a wrong version of the code that every unit test passes):")
     for s in report["survivors"]:
         print(f"  {s['file']}:{s['line']} {s['operator'].removeprefix('core/')} in {s['definition']}:\n"
-              f"      - {s['code']}\n      + {s['mutant'] or '(not run: no unit test loads the file)'}")
+              f"      - {s['code']}\n      + {s.get('mutant') or '(not run: no unit test loads the file)'}")
     if not report["survivors"]:
         print("  none")
     print(f"\n{'file':64} {'killed':>7} {'total':>6} {'equiv':>6} {'score':>7} {'secs':>6}")
@@ -213,7 +241,6 @@ def main(argv=None):
         if not c["tests"]:
             flag += "  (no unit test loads it)"
         print(f"{target:64} {c['killed']:>7} {total:>6} {c['equivalent']:>6} {score:>7} {c['seconds']:>6}{flag}")
-    path = OUT / "report.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nmutation: {report['seconds']:.0f} s; report in {os.path.relpath(path, ROOT)}")
 

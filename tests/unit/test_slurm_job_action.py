@@ -179,3 +179,32 @@ def test_following_makes_nothing_on_the_host_before_the_module_runs():
             mock.patch.object(plugin, "_execute_module", return_value=slice_result("COMPLETED", True)), \
             mock.patch.object(action.display, "display"):
         assert plugin.run(task_vars={})["state"] == "COMPLETED"
+
+
+def test_without_progress_every_a_slice_is_thirty_seconds_and_without_timeout_it_is_not_cut():
+    task = SimpleNamespace(args={"script": "/nas/train.sbatch"}, async_val=0, check_mode=False, action="slurm_job")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
+    answers = iter([slice_result("RUNNING", False), slice_result("COMPLETED", True)])
+    calls = []
+    with mock.patch.object(plugin, "_execute_module",
+                           side_effect=lambda name, module_args, task_vars: calls.append(module_args) or dict(
+                               next(answers))), mock.patch.object(action.display, "display"):
+        plugin.run(task_vars={})
+    assert [(call["timeout"], call["return_on_change"]) for call in calls] == [(30, True), (30, True)]
+    _, calls = run_slices([slice_result("RUNNING", False), slice_result("COMPLETED", True)])
+    assert [call["timeout"] for call in calls] == [5, 5]
+
+
+def test_a_progress_every_of_one_second_is_live_and_none_is_not():
+    _, calls = run_slices([slice_result("COMPLETED", True)], progress_every=1)
+    assert calls[0]["return_on_change"] is True and calls[0]["timeout"] == 1
+    _, calls = run_slices([slice_result("COMPLETED", True)], progress_every=None)
+    assert "return_on_change" not in calls[0]
+
+
+def test_counts_add_up_when_a_slice_does_not_report_them():
+    first = {key: value for key, value in slice_result("RUNNING", False).items()
+             if key not in ("queries", "controller_outage_seconds")}
+    result, _ = run_slices([first, slice_result("RUNNING", False, controller_outage_seconds=4.5),
+                            {"failed": True, "msg": "scontrol show job failed (rc=1): ...", "job_id": 7}])
+    assert (result["queries"], result["controller_outage_seconds"]) == (2, 4.5)

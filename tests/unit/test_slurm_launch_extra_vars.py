@@ -142,3 +142,9 @@ def test_both_role_files_must_be_given(missing):
             mock.patch.object(load_extra_vars, "extra_vars", None, create=True), \
             pytest.raises(AnsibleActionFail, match=f"^missing required arguments: {missing}$"):
         plugin.run(task_vars={})
+
+
+def test_only_prefixed_variables_are_offered_as_suggestions():
+    # inventory_hostname is set for every task but is no launch key: never suggested.
+    result = run(["inventory_hostnam=x"], task_vars={"inventory_hostname": "login1", "cluster_nas_root": "/nas"})
+    assert result["msg"].startswith("Unknown -e key: -e inventory_hostnam. A launch reads: ")
