@@ -8,6 +8,8 @@ import importlib.machinery
 import importlib.util
 import ipaddress
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -263,3 +265,56 @@ def test_node_address_refusals(value, message):
 
 def test_natural_key_sorts_numbers_as_numbers():
     assert sorted(["node100", "node9", "node10", "gpu2"], key=lc.natural_key) == ["gpu2", "node9", "node10", "node100"]
+
+
+# --- reading the inventory ------------------------------------------------------------
+
+
+def test_the_inventory_is_read_with_ansible_inventory():
+    # The real tool on the real inventory/local: what the fixture above recorded.
+    groups, hostvars = lc.load_inventory(PROJECT_ROOT / "inventory" / "local")
+    assert groups["gpu_A6000"] == {"hosts": ["node110", "node111"]} and "_meta" not in groups
+    assert hostvars["node110"]["ansible_host"] == "10.77.0.110"
+    assert hostvars == RECORDED["_meta"]["hostvars"]
+
+
+def test_a_missing_inventory_is_named():
+    with pytest.raises(lc.ClusterError, match="^inventory /nonexistent/inventory does not exist$"):
+        lc.load_inventory("/nonexistent/inventory")
+
+
+def test_without_ansible_inventory_the_fix_is_named(monkeypatch):
+    monkeypatch.setattr(lc, "find_program", lambda name, extra_dirs=(): None)
+    with pytest.raises(lc.ClusterError, match=r"^ansible-inventory not found: run 'make deps'"):
+        lc.load_inventory(PROJECT_ROOT / "inventory" / "local")
+
+
+def test_ansible_inventory_is_looked_for_in_the_venvs_too(monkeypatch):
+    asked = []
+    monkeypatch.setattr(lc, "find_program", lambda name, extra_dirs=(): asked.append((name, extra_dirs)))
+    with pytest.raises(lc.ClusterError):
+        lc.load_inventory(PROJECT_ROOT / "inventory" / "local")
+    assert asked == [("ansible-inventory", [PROJECT_ROOT / ".venv" / "bin", Path(lc.sys.executable).parent])]
+
+
+def test_an_inventory_ansible_cannot_parse_is_refused_with_its_last_error_line(tmp_path):
+    broken = tmp_path / "hosts.yml"
+    broken.write_text("all:\n  hosts: [unclosed\n")
+    with pytest.raises(lc.ClusterError) as error:
+        lc.load_inventory(broken)
+    # What the tool itself says last (its earlier lines are warnings about the other parsers).
+    tool = lc.find_program("ansible-inventory", extra_dirs=[Path(lc.sys.executable).parent])
+    said = subprocess.run([tool, "-i", str(broken), "--list"], capture_output=True, text=True,
+                          env={**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True"})
+    lines = said.stderr.strip().splitlines()
+    assert said.returncode != 0 and len(lines) > 1
+    assert str(error.value) == f"inventory {broken} could not be read: {lines[-1]}"
+
+
+def test_the_plan_takes_the_short_host_name_and_the_first_nodes_cluster_values(inventory, monkeypatch):
+    monkeypatch.setattr(lc.socket, "gethostname", lambda: "login01.cluster.example.org")
+    inventory["_meta"]["hostvars"]["node111"]["local_cluster_slurmctld_port"] = 17000
+    p = plan()
+    assert (p.hostname, p.slurmctld_port) == ("login01", 16817)
+    inventory["_meta"]["hostvars"]["node110"]["local_cluster_slurmctld_port"] = 17000
+    assert plan().slurmctld_port == 17000

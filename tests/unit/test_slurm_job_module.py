@@ -846,3 +846,11 @@ def test_the_controller_timeout_is_reached_when_the_outage_lasts_exactly_that_lo
     outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1, "controller_timeout": 16})
     assert outcome.result["msg"].startswith("scontrol show job failed (rc=-): slurmctld did not answer for 16 s "
                                             "(controller_timeout=16)")
+
+
+def test_the_log_tail_keeps_the_files_first_byte(tmp_path, monkeypatch):
+    # The last block read back ends one byte after the start of the file.
+    monkeypatch.setattr(slurm_job, "LOG_READ_BLOCK", 4)
+    log = tmp_path / "job.out"
+    log.write_text("a\nbc\n")
+    assert slurm_job.read_log_tail(str(log), 10) == ["a", "bc"]

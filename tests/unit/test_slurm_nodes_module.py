@@ -130,3 +130,15 @@ def test_a_bad_node_list_is_refused_before_sinfo_runs(capsys, sinfo, nodes, why)
     assert result["msg"].startswith(why)
     assert result["msg"].endswith("separated by commas, or a Slurm hostlist such as node[110-111]")
     assert sinfo[1] == []
+
+
+def test_check_mode_looks_up_the_nodes_all_the_same(capsys, sinfo, slurm_output):
+    sinfo[0].append((0, slurm_output("sinfo_nodes_busy.txt"), ""))
+    result = run(capsys, nodes="rec1", _ansible_check_mode=True)
+    assert (result.get("skipped"), result["names"], result["slurm"]["rec1"]["state"]) == (None, ["rec1"], "allocated")
+
+
+def test_common_partitions_are_in_the_first_requested_nodes_order(capsys, sinfo):
+    sinfo[0].append((0, "rec1|gpu*|idle|2|gpu:2\nrec1|debug|idle|2|gpu:2\n"
+                        "rec2|debug|idle|2|gpu:2\nrec2|gpu*|idle|2|gpu:2\n", ""))
+    assert run(capsys, nodes="rec1,rec2")["common_partitions"] == ["gpu", "debug"]

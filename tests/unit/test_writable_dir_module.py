@@ -83,8 +83,10 @@ def test_a_write_that_fails_is_named_with_the_kernels_reason(capsys, tmp_path, m
     monkeypatch.setattr(writable_dir.tempfile, "mkstemp", over_quota)
     result = run(capsys, paths=[str(tmp_path)])
     assert result["msg"] == f"{tmp_path}: {tmp_path} cannot be written: Disk quota exceeded"
-    # Check mode writes nothing, so it cannot find this out.
-    assert run(capsys, check_mode=True, paths=[str(tmp_path)]).get("failed") is None
+    # Check mode writes nothing, so it cannot find this out; it still checks the rest.
+    checked = run(capsys, check_mode=True, paths=[str(tmp_path)])
+    assert (checked.get("failed"), checked.get("skipped"), checked["checked"]) == (None, None,
+                                                                                  {str(tmp_path): str(tmp_path)})
 
 
 def test_the_write_test_is_a_hidden_file_in_the_directory(capsys, tmp_path, monkeypatch):
@@ -124,3 +126,7 @@ def test_relative_paths_and_negative_sizes_are_refused(capsys, args):
     relative = [p for p in args["paths"] if not p.startswith("/")]
     assert result["msg"] == (f"give absolute paths (got {relative}) and min_free_mb of 0 or more "
                              f"(got {args.get('min_free_mb', 0)})")
+
+
+def test_the_paths_must_be_given(capsys):
+    assert run(capsys)["msg"] == "missing required arguments: paths"
