@@ -208,3 +208,10 @@ def test_counts_add_up_when_a_slice_does_not_report_them():
     result, _ = run_slices([first, slice_result("RUNNING", False, controller_outage_seconds=4.5),
                             {"failed": True, "msg": "scontrol show job failed (rc=1): ...", "job_id": 7}])
     assert (result["queries"], result["controller_outage_seconds"]) == (2, 4.5)
+
+
+def test_a_timeout_used_up_exactly_ends_the_following():
+    clock = iter([100.0, 110.0])
+    with mock.patch.object(action.time, "monotonic", side_effect=lambda: next(clock)):
+        result, calls = run_slices([slice_result("RUNNING", False)], timeout=10)
+    assert (result["timed_out"], len(calls)) == (True, 1)

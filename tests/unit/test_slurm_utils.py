@@ -233,7 +233,7 @@ def test_parse_duration(text, seconds):
 
 
 @pytest.mark.parametrize("text", ["", "5", "1:2:3:4", "00:61", "01:60:00", "1-24:00:00", "a:b", "1-", "-1:00",
-                                  "00:00:60", "1-00:00:60", "1-00:60"])
+                                  "00:00:60", "1-00:00:60", "1-00:60", "00:60"])
 def test_parse_duration_rejects(text):
     with pytest.raises(ValueError, match=f"invalid duration {text!r}"):
         slurm.parse_duration(text)
@@ -794,3 +794,9 @@ def test_retry_command_with_one_attempt_runs_once():
 
 def test_poll_schedule_may_keep_one_interval():
     assert list(itertools.islice(slurm.PollSchedule(5, 5, factor=1), 3)) == [5, 5, 5]
+
+
+def test_parse_sinfo_lists_each_partition_once_and_no_empty_one():
+    # A node in no partition prints an empty %P; sinfo -N repeats a node per partition.
+    nodes = slurm.parse_sinfo_nodes("n1||idle|4|(null)\nn2|gpu*|idle|4|(null)\nn2|gpu|idle|4|(null)\n")
+    assert (nodes["n1"]["partitions"], nodes["n2"]["partitions"]) == ([], ["gpu"])
