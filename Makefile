@@ -7,7 +7,7 @@ LOCAL_CLUSTER := $(BIN)/python bin/local-cluster
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
-.PHONY: deps demo up down status test test-unit test-integration lint
+.PHONY: deps demo up down status test test-unit test-integration lint mutation
 
 deps:
 	scripts/install-deps
@@ -49,3 +49,15 @@ lint: deps
 BENCH_ARGS ?=
 bench: deps
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# Mutation testing (README): each target file of scripts/mutation.toml made wrong one small way
+# at a time, its unit tests run against each wrong version; prints each file's score and the
+# survivors, writes outputs/mutation/report.json. Not part of `make test`. One file, quickly:
+#   make mutation MUTATE=library/nccl_network_facts.py
+MUTATE ?=
+mutation: deps
+	@want=$$(sha256sum requirements-dev.txt | cut -d' ' -f1); \
+	if [[ "$$(cat $(VENV)/.requirements-dev.sha256 2>/dev/null)" != "$$want" ]]; then \
+	  $(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt && \
+	  echo "$$want" > $(VENV)/.requirements-dev.sha256; fi
+	$(BIN)/python scripts/mutation.py $(MUTATE)

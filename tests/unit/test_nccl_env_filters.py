@@ -171,3 +171,54 @@ def test_consistent_nodes_have_no_problems():
     nodes = [node("r1", "roce_v1_v2", {"ens1f0": ["10.10.0.11"]}), node("r2", "two_hcas_one_down", {"ens1f0": ["10.10.0.12"]})]
     settings = [n[2] for n in nodes]
     assert check(nodes, settings, settings) == []
+
+
+@pytest.mark.parametrize("ifname, refused", [("^", True), ("=", True), ("^e", False), ("^=eth", False)])
+def test_an_ifname_list_left_empty_by_its_prefix_is_refused(ifname, refused):
+    found = nccl_env.nccl_env_setting_problems({"NCCL_SOCKET_IFNAME": ifname}, "n1")
+    assert found == (["n1: NCCL_SOCKET_IFNAME is empty; name an interface or leave it unset"] if refused else [])
+
+
+def test_a_group_of_every_compute_node_is_their_node_group():
+    groups = {"all": ["n1", "n2"], "compute": ["n1", "n2"], "gpu_a": ["n1", "n2"], "ungrouped": []}
+    assert nccl_env.nccl_env_node_groups("n1", ["compute", "gpu_a"], groups) == ["gpu_a"]
+
+
+def test_with_ib_disabled_an_hca_setting_is_not_held_against_the_hardware():
+    n = node("c1", "no_hca", {"eth0": ["10.0.0.1"]}, overrides={"NCCL_IB_HCA": "mlx5_9"})
+    assert n[2]["NCCL_IB_DISABLE"] == "1"
+    assert problems(n) == []
+
+
+def test_with_ib_enabled_and_no_hca_setting_nccl_chooses_and_nothing_is_refused():
+    n = node("i1", "ib_single", {"ib0": ["10.1.0.1"]})
+    settings = {key: value for key, value in n[2].items() if key != "NCCL_IB_HCA"}
+    assert settings["NCCL_IB_DISABLE"] == "0"
+    assert problems((n[0], n[1], settings, n[3])) == []
+
+
+def test_an_exact_hca_name_must_be_the_whole_name():
+    n = node("i1", "ib_single", {"ib0": ["10.1.0.1"]}, overrides={"NCCL_IB_HCA": "=mlx5"})
+    assert problems(n) == ["i1: NCCL_IB_HCA names mlx5, which i1 does not have as an active port "
+                           "(active: mlx5_0:1; HCAs: mlx5_0)"]
+    assert problems(node("i1", "ib_single", {"ib0": ["10.1.0.1"]}, overrides={"NCCL_IB_HCA": "mlx5"})) == []
+
+
+def test_a_tie_between_a_value_and_unset_names_the_node_without_it():
+    found = nccl_env.nccl_env_group_problems(["c1", "c2"], ["gpu", "gpu"],
+                                             [{"NCCL_DEBUG": "INFO"}, {}], [{}, {}])
+    assert found == ["group gpu: NCCL_DEBUG differs between its nodes (c1=INFO, c2=(unset)); check c2 (a missing "
+                     "or down interface or HCA?), or set NCCL_DEBUG for the group in nccl_env_overrides"]
+
+
+def test_a_line_without_a_value_is_no_setting():
+    assert nccl_env.nccl_env_read("NCCL_DEBUG\nexport NCCL_IB_DISABLE\n\nNCCL_SOCKET_IFNAME=eth0\n") == {
+        "NCCL_SOCKET_IFNAME": "eth0"}
+
+
+def test_loopback_is_never_the_socket_address_and_the_primary_address_is():
+    network = {"interfaces": [
+        {"name": "lo", "operstate": "unknown", "type": 772, "ipv4": ["127.0.0.1"]},
+        {"name": "eth0", "operstate": "up", "type": 1, "ipv4": ["10.0.0.5", "10.0.0.6"]}]}
+    assert nccl_env.nccl_env_socket_address({"NCCL_SOCKET_IFNAME": "lo"}, network) is None
+    assert nccl_env.nccl_env_socket_address({"NCCL_SOCKET_IFNAME": "lo,eth"}, network) == "10.0.0.5"

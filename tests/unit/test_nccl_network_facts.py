@@ -484,3 +484,112 @@ def test_module_rejects_an_address_string_instead_of_a_list(capsys):
         result["msg"]
         == "ipv4_addresses[eth0] must be a list of addresses, got '10.0.0.5'"
     )
+
+
+# --- every operstate the kernel documents ---------------------------------------------
+
+# Documentation/networking/operstates.rst (RFC 2863): only "up" carries traffic.
+OPERSTATES = ["unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up"]
+
+
+def physical_interfaces(root, states):
+    """A sysfs tree as the kernel lays it out: class/net/<name> links to the PCI device's net/<name>."""
+    for slot, (name, operstate) in enumerate(states.items(), start=3):
+        device = root / "devices" / "pci0000:00" / f"0000:00:{slot:02x}.0" / "net" / name
+        device.mkdir(parents=True)
+        for attribute, value in (("operstate", operstate), ("type", "1"), ("mtu", "9000"),
+                                 ("address", f"52:54:00:12:34:{slot:02x}")):
+            (device / attribute).write_text(value + "\n")
+        (root / "class" / "net").mkdir(parents=True, exist_ok=True)
+        (root / "class" / "net" / name).symlink_to(os.path.relpath(device, root / "class" / "net"))
+    return str(root)
+
+
+@pytest.mark.parametrize("operstate", OPERSTATES)
+def test_only_an_interface_that_is_up_is_proposed_for_sockets(capsys, tmp_path, operstate):
+    root = physical_interfaces(tmp_path, {"ens1f0": operstate})
+    facts = run_module(capsys, sysfs_root=root, ipv4_addresses={"ens1f0": ["10.10.0.11"]})["ansible_facts"][
+        "nccl_network"]
+    assert facts["interfaces"][0]["operstate"] == operstate
+    if operstate == "up":
+        assert (facts["proposed"].get("NCCL_SOCKET_IFNAME"), facts["warnings"]) == ("ens1f0", [])
+    else:
+        assert "NCCL_SOCKET_IFNAME" not in facts["proposed"]
+        assert facts["warnings"] == ["No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, "
+                                     "not excluded, with an IPv4 address)."]
+
+
+def test_of_interfaces_in_every_operstate_only_the_up_one_is_proposed(capsys, tmp_path):
+    names = {f"ens{index}": state for index, state in enumerate(OPERSTATES, start=1)}
+    root = physical_interfaces(tmp_path, names)
+    addresses = {name: [f"10.10.{index}.11"] for index, name in enumerate(names)}
+    facts = run_module(capsys, sysfs_root=root, ipv4_addresses=addresses)["ansible_facts"]["nccl_network"]
+    assert facts["proposed"] == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "ens7"}
+    assert [(iface["name"], iface["operstate"], iface["virtual"]) for iface in facts["interfaces"]] == [
+        (name, state, False) for name, state in names.items()]
+
+
+def test_an_empty_address_map_means_no_interface_has_an_address(capsys):
+    # What the role passes when the gathered facts show no IPv4 address anywhere: known, and
+    # none; not "unknown", which would propose every up interface.
+    result = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), ipv4_addresses={})
+    facts = result["ansible_facts"]["nccl_network"]
+    assert "NCCL_SOCKET_IFNAME" not in facts["proposed"]
+    assert facts["warnings"] == ["No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, "
+                                 "not excluded, with an IPv4 address)."]
+    assert all(iface["ipv4"] == [] for iface in facts["interfaces"])
+
+
+# --- GID tables with holes, ports of mixed kinds ------------------------------------
+
+
+def roce_port_dir(root, gids):
+    """ports/1 of a RoCE HCA as sysfs has it: gids/<i>, gid_attrs/types/<i>, gid_attrs/ndevs/<i>."""
+    port = root / "ports" / "1"
+    for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
+        (port / sub).mkdir(parents=True)
+    for index, (gid, kind) in enumerate(gids):
+        (port / "gids" / str(index)).write_text(gid + "\n")
+        if kind:  # the kernel answers EINVAL for an unused GID's attributes: no file here
+            (port / "gid_attrs" / "types" / str(index)).write_text(kind + "\n")
+            (port / "gid_attrs" / "ndevs" / str(index)).write_text("ens1f0\n")
+    return str(port)
+
+
+def test_a_gid_table_with_a_hole_keeps_the_gids_after_it(tmp_path):
+    # An address removed from the interface leaves its GIDs zero; a newer one sits after them.
+    zero = nccl.ZERO_GID
+    port = roce_port_dir(tmp_path, [(ENS1F0_LINK_LOCAL, "IB/RoCE v1"), (ENS1F0_LINK_LOCAL, "RoCE v2"),
+                                    (zero, None), (zero, None),
+                                    (ENS1F0_IPV4_MAPPED, "IB/RoCE v1"), (ENS1F0_IPV4_MAPPED, "RoCE v2")])
+    gids = nccl.read_gids(port)
+    assert [(gid["index"], gid["type"]) for gid in gids] == [
+        (0, "IB/RoCE v1"), (1, "RoCE v2"), (4, "IB/RoCE v1"), (5, "RoCE v2")]
+    assert nccl.choose_gid_index(gids, "RoCE v2") == 5
+
+
+def test_of_two_ipv4_mapped_gids_the_lowest_index_is_chosen():
+    second = "0000:0000:0000:0000:0000:ffff:0a0a:000c"  # 10.10.0.12, a second address
+    gids = roce_gids("ens1f0", ENS1F0_LINK_LOCAL, ENS1F0_IPV4_MAPPED) + [
+        {"index": 4, "gid": second, "type": "IB/RoCE v1", "ndev": "ens1f0"},
+        {"index": 5, "gid": second, "type": "RoCE v2", "ndev": "ens1f0"},
+    ]
+    assert nccl.choose_gid_index(gids, "RoCE v2") == 3
+    assert nccl.choose_gid_index(list(reversed(gids)), "RoCE v2") == 5  # "lowest" is the table's order
+
+
+def test_an_infiniband_port_before_a_roce_port_does_not_hide_it():
+    ib_hca = nccl.active_ports(nccl.read_hcas(sysfs("ib_single")))
+    roce = active_roce_port("mlx5_1", "ens1f0", ENS1F0_LINK_LOCAL, ENS1F0_IPV4_MAPPED)
+    assert nccl.propose_gid_index(ib_hca + [roce], "RoCE v2") == (3, [])
+
+
+def test_an_hca_without_ports_and_attributes_that_are_missing_or_garbage(tmp_path):
+    (tmp_path / "class" / "infiniband" / "mlx5_0").mkdir(parents=True)
+    assert nccl.read_hcas(str(tmp_path)) == [
+        {"name": "mlx5_0", "node_guid": None, "fw_ver": None, "board_id": None, "ports": []}]
+    (tmp_path / "mtu").write_text("lots\n")
+    assert nccl.read_sysfs_int(str(tmp_path / "mtu")) is None
+    assert nccl.read_sysfs_int(str(tmp_path / "type")) is None
+    (tmp_path / "type").write_text("32\n")
+    assert nccl.read_sysfs_int(str(tmp_path / "type")) == 32

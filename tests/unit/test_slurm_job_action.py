@@ -5,6 +5,8 @@ import importlib.util
 from types import SimpleNamespace
 from unittest import mock
 
+import pytest
+
 from conftest import PROJECT_ROOT
 
 PLUGIN = PROJECT_ROOT / "roles" / "slurm_launch" / "action_plugins" / "slurm_job.py"
@@ -59,3 +61,157 @@ def test_later_slices_follow_the_job_by_id_and_do_not_submit_again():
 def test_a_slice_without_warnings_adds_no_warnings_key():
     result, _ = run_slices([slice_result("RUNNING", False), slice_result("COMPLETED", True)])
     assert "warnings" not in result
+
+
+def shown_lines(slices, **args):
+    """What a person sees on the terminal while the action follows a job through `slices`."""
+    task = SimpleNamespace(args={"script": "/nas/train.sbatch", "progress_every": 5, **args}, async_val=0,
+                           check_mode=False, action="slurm_job")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
+    answers = iter(slices)
+    with mock.patch.object(plugin, "_execute_module", side_effect=lambda *a, **k: dict(next(answers))), \
+            mock.patch.object(action.display, "display") as display:
+        plugin.run(task_vars={})
+    return [call.args[0] for call in display.call_args_list]
+
+
+def test_each_change_of_state_is_one_line_and_log_lines_carry_the_job_id():
+    lines = shown_lines([
+        slice_result("PENDING", False, reason="Resources", submitted=True),
+        slice_result("PENDING", False, reason="Resources"),
+        slice_result("RUNNING", False, nodes=["node110", "node111"],
+                     progress={"log_lines": ["step 10 loss 2.31", "step 20 loss 1.97"]}),
+        slice_result("RUNNING", False, restarts=1, nodes=["node111"], reason="NodeDown"),
+        slice_result("COMPLETED", True, restarts=1, exit_code=0, elapsed_seconds=312, reason="None"),
+    ])
+    assert lines == [
+        "job 7 (train): PENDING (Resources)",
+        "job 7 (train): RUNNING on node110,node111",
+        "  7 | step 10 loss 2.31",
+        "  7 | step 20 loss 1.97",
+        "job 7 (train): RUNNING on node111, restart 1",
+        "job 7 (train): COMPLETED (None), restart 1, exit code 0, 312 s",
+    ]
+
+
+def test_a_job_slurm_no_longer_knows_is_said_so():
+    assert action.describe({"job_id": 9, "name": "train", "state": None, "final": False}) == (
+        "job 9 (train): unknown to Slurm")
+    assert action.describe({"job_id": 9, "name": "train", "state": "FAILED", "final": True, "exit_code": 3,
+                            "elapsed_seconds": 41, "reason": "NonZeroExitCode"}) == (
+        "job 9 (train): FAILED (NonZeroExitCode), exit code 3, 41 s")
+
+
+def test_a_result_without_a_job_shows_nothing():
+    # A refused submission (sbatch said no) has no job id; the task's error says why.
+    assert shown_lines([{"failed": True, "msg": "sbatch: error: Batch job submission failed"}]) == []
+
+
+def test_the_task_timeout_ends_the_following_and_says_so():
+    clock = iter([100.0, 104.0, 111.0])  # started, after the first slice, after the second
+    task_timeout = 10
+    with mock.patch.object(action.time, "monotonic", side_effect=lambda: next(clock)):
+        result, calls = run_slices([slice_result("RUNNING", False, submitted=True),
+                                    slice_result("RUNNING", False)], timeout=task_timeout)
+    assert result["timed_out"] is True
+    assert (result["state"], result["final"]) == ("RUNNING", False)
+    # Each slice asks the module for no more than what is left of the task's timeout.
+    assert [call["timeout"] for call in calls] == [5, 5]
+    assert calls[0]["return_on_change"] is True
+
+
+def test_the_last_slice_is_cut_to_what_is_left_of_the_timeout():
+    clock = iter([100.0, 107.5, 112.0])
+    with mock.patch.object(action.time, "monotonic", side_effect=lambda: next(clock)):
+        result, calls = run_slices([slice_result("RUNNING", False), slice_result("COMPLETED", True)], timeout=10)
+    assert [call["timeout"] for call in calls] == [5, 2]
+    assert "timed_out" not in result
+
+
+def test_a_slice_never_asks_for_less_than_a_second():
+    clock = iter([100.0, 109.8, 110.5])
+    with mock.patch.object(action.time, "monotonic", side_effect=lambda: next(clock)):
+        _, calls = run_slices([slice_result("RUNNING", False), slice_result("COMPLETED", True)], timeout=10)
+    assert calls[1]["timeout"] == 1
+
+
+def test_a_timeout_shorter_than_a_slice_is_the_first_slice():
+    _, calls = run_slices([slice_result("COMPLETED", True)], timeout=3)
+    assert calls[0]["timeout"] == 3
+
+
+@pytest.mark.parametrize("args", [
+    {"progress_every": 0}, {"wait": False}, {"wait": "no"}, {"state": "absent"},
+])
+def test_without_live_progress_the_module_runs_once_with_the_tasks_arguments(args):
+    result, calls = run_slices([slice_result("RUNNING", False, submitted=True)], **args)
+    assert len(calls) == 1
+    assert "return_on_change" not in calls[0] and "progress_every" not in calls[0]
+    assert calls[0]["script"] == "/nas/train.sbatch"
+    assert result["state"] == "RUNNING" and "timed_out" not in result
+
+
+def test_check_mode_runs_the_module_once():
+    task = SimpleNamespace(args={"script": "/nas/train.sbatch", "progress_every": 5}, async_val=0,
+                           check_mode=True, action="slurm_job")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
+    with mock.patch.object(plugin, "_execute_module", return_value={"changed": True}) as module:
+        assert plugin.run(task_vars={}) == {"changed": True}
+    assert module.call_args.kwargs["module_args"] == {"script": "/nas/train.sbatch"}
+
+
+def test_a_failed_slice_ends_the_following_and_is_the_result():
+    result, calls = run_slices([slice_result("RUNNING", False, changed=True, submitted=True),
+                                {"failed": True, "msg": "squeue: error: Invalid user", "job_id": 7}])
+    assert len(calls) == 2
+    assert (result["failed"], result["msg"]) == (True, "squeue: error: Invalid user")
+    assert (result["changed"], result["submitted"], result["found_existing"]) == (True, True, False)
+
+
+def test_following_makes_nothing_on_the_host_before_the_module_runs():
+    # The module is the only thing sent; no temporary directory is made ahead of it.
+    task = SimpleNamespace(args={"script": "/nas/train.sbatch", "progress_every": 5}, async_val=0,
+                           check_mode=False, action="slurm_job")
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
+    plugin = action.ActionModule(task, connection, mock.MagicMock(), None, None, None)
+    with mock.patch.object(plugin, "_make_tmp_path", side_effect=AssertionError("made a remote tmp dir")), \
+            mock.patch.object(plugin, "_execute_module", return_value=slice_result("COMPLETED", True)), \
+            mock.patch.object(action.display, "display"):
+        assert plugin.run(task_vars={})["state"] == "COMPLETED"
+
+
+def test_without_progress_every_a_slice_is_thirty_seconds_and_without_timeout_it_is_not_cut():
+    task = SimpleNamespace(args={"script": "/nas/train.sbatch"}, async_val=0, check_mode=False, action="slurm_job")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
+    answers = iter([slice_result("RUNNING", False), slice_result("COMPLETED", True)])
+    calls = []
+    with mock.patch.object(plugin, "_execute_module",
+                           side_effect=lambda name, module_args, task_vars: calls.append(module_args) or dict(
+                               next(answers))), mock.patch.object(action.display, "display"):
+        plugin.run(task_vars={})
+    assert [(call["timeout"], call["return_on_change"]) for call in calls] == [(30, True), (30, True)]
+    _, calls = run_slices([slice_result("RUNNING", False), slice_result("COMPLETED", True)])
+    assert [call["timeout"] for call in calls] == [5, 5]
+
+
+def test_a_progress_every_of_one_second_is_live_and_none_is_not():
+    _, calls = run_slices([slice_result("COMPLETED", True)], progress_every=1)
+    assert calls[0]["return_on_change"] is True and calls[0]["timeout"] == 1
+    _, calls = run_slices([slice_result("COMPLETED", True)], progress_every=None)
+    assert "return_on_change" not in calls[0]
+
+
+def test_counts_add_up_when_a_slice_does_not_report_them():
+    first = {key: value for key, value in slice_result("RUNNING", False).items()
+             if key not in ("queries", "controller_outage_seconds")}
+    result, _ = run_slices([first, slice_result("RUNNING", False, controller_outage_seconds=4.5),
+                            {"failed": True, "msg": "scontrol show job failed (rc=1): ...", "job_id": 7}])
+    assert (result["queries"], result["controller_outage_seconds"]) == (2, 4.5)
+
+
+def test_a_timeout_used_up_exactly_ends_the_following():
+    clock = iter([100.0, 110.0])
+    with mock.patch.object(action.time, "monotonic", side_effect=lambda: next(clock)):
+        result, calls = run_slices([slice_result("RUNNING", False)], timeout=10)
+    assert (result["timed_out"], len(calls)) == (True, 1)

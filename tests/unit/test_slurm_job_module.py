@@ -4,7 +4,9 @@ The module runs in-process: its arguments come from patch_module_args and
 exit_json/fail_json raise instead of exiting, carrying the result.
 """
 
+import functools
 import os
+import random
 import re
 
 import pytest
@@ -633,11 +635,15 @@ def test_unknown_state_fails_instead_of_passing(slurm_cli, clock, job_output):
       "got minimum=10.0 maximum=5.0 factor=2.0")),
     ({"timeout": -1}, "timeout must be 0 (no limit) or a number of seconds, got -1"),
     ({"log_tail_lines": -1}, "log_tail_lines must not be negative, got -1"),
+    ({"controller_timeout": -1}, "controller_timeout must be 0 or more seconds, got -1"),
+    # A short option with its value attached is the same option.
+    ({"sbatch_args": ["-Jother"]}, "sbatch_args must not contain '-Jother': use job_name"),
+    ({"sbatch_args": ["--exclusive", "-W"]}, "sbatch_args must not contain '-W': use wait"),
     ({"chdir": "/nonexistent/dir"}, "chdir /nonexistent/dir is not a directory"),
 ])
 def test_bad_parameters_fail_before_any_command(slurm_cli, script, args, message):
     outcome = run_module({"script": script, "job_name": "train-ddp", **args})
-    assert (outcome.failed, outcome.result["msg"]) == (True, message)
+    assert (outcome.failed, outcome.result["msg"], outcome.result["changed"]) == (True, message, False)
     assert slurm_cli.calls == []
 
 
@@ -727,3 +733,203 @@ def test_new_log_lines_are_the_complete_lines_since_the_offset(tmp_path):
     assert slurm_job.read_new_lines(str(log), offset, 5) == ([], offset)
     log.write_text("new run\n")
     assert slurm_job.read_new_lines(str(log), offset, 5) == (["new run"], 8), "a file that shrank starts over"
+
+
+def test_zero_log_lines_and_a_zero_controller_timeout_are_allowed(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    outcome = run_module({"state": "query", "job_id": 1234, "log_tail_lines": 0, "controller_timeout": 0})
+    assert (outcome.failed, outcome.result["state"], outcome.result["log_tail"]) == (False, "RUNNING", [])
+
+
+def test_a_query_neither_submits_nor_finds_an_existing_copy(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    result = run_module({"state": "query", "job_id": 1234}).result
+    assert (result["changed"], result["submitted"], result["found_existing"], result["timed_out"]) == (
+        False, False, False, False)
+    assert result["controller_outage_seconds"] == 0
+
+
+def test_the_outage_reported_is_how_long_the_controller_did_not_answer(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(8):
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1})
+    # The first sleep is the poll before the first unanswered query; every later one is back-off.
+    assert clock.sleeps[0] == 1
+    assert outcome.result["controller_outage_seconds"] == pytest.approx(round(sum(clock.sleeps[1:]), 1))
+
+
+def test_a_slice_shows_at_most_the_five_newest_log_lines(slurm_cli, clock, tmp_path, job_output):
+    (tmp_path / "train-ddp-1234.out").write_text("".join(f"step {n}\n" for n in range(12)))
+    slurm_cli.answer(SCONTROL, out=job_output("running", run_dir=str(tmp_path)))
+    slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(tmp_path)))
+    result = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60}).result
+    assert result["progress"]["log_lines"] == ["step 7", "step 8", "step 9", "step 10", "step 11"]
+    assert result["log_tail"][-1] == "step 11" and len(result["log_tail"]) == 12
+
+
+def test_the_log_tail_starts_at_a_line_even_when_a_block_ends_inside_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm_job, "LOG_READ_BLOCK", 4)
+    log = tmp_path / "job.out"
+    log.write_text("aa\nbb\ncc\n")
+    assert slurm_job.read_log_tail(str(log), 2) == ["bb", "cc"]
+
+
+def test_no_new_lines_are_read_when_none_are_wanted(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text("one\ntwo\n")
+    assert slurm_job.read_new_lines(str(log), None, 0) == ([], None)
+    assert slurm_job.read_new_lines(str(log), 4, 0) == ([], 4)
+    assert slurm_job.read_new_lines(None, 4, 5) == ([], 4)
+
+
+def test_sbatch_is_tried_five_times_while_the_controller_is_away(slurm_cli, clock, script, slurm_output, job_output):
+    connect_failure = slurm_output("sbatch_connect_failure.stderr")
+    slurm_cli.answer(SQUEUE)
+    for _ in range(4):
+        slurm_cli.answer(["sbatch"], 1, "", connect_failure)
+        slurm_cli.answer(SQUEUE)  # did the controller queue it after all?
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+    assert (outcome.failed, outcome.result["submitted"], outcome.result["job_id"]) == (False, True, 1234)
+
+
+def test_sbatch_gives_up_after_the_fifth_try(slurm_cli, clock, script, slurm_output):
+    connect_failure = slurm_output("sbatch_connect_failure.stderr")
+    slurm_cli.answer(SQUEUE)
+    for _ in range(4):
+        slurm_cli.answer(["sbatch"], 1, "", connect_failure)
+        slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], 1, "", connect_failure)
+    outcome = run_module({"script": script, "job_name": "train-ddp"})
+    assert outcome.failed is True
+    assert outcome.result["msg"] == ("sbatch failed (rc=1): sbatch: error: Batch job submission failed: "
+                                     "Unable to contact slurm controller (connect failure)")
+    assert [argv[0] for argv in slurm_cli.argvs].count("sbatch") == 5
+
+
+def test_a_long_outage_is_waited_for_with_pauses_of_at_most_fifteen_seconds(slurm_cli, clock, job_output,
+                                                                          monkeypatch):
+    # Without jitter, so that the pauses between tries of the whole command are exact.
+    monkeypatch.setattr(slurm_job, "backoff_delays", functools.partial(slurm_job.backoff_delays, jitter=0))
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(7 * 5):  # seven commands of five tries each
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1})
+    assert outcome.result["state"] == "COMPLETED"
+    # After the first poll, each command's four retries are followed by one pause of the follow.
+    pauses = clock.sleeps[5::5]
+    assert pauses == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0]
+
+
+def test_giving_up_on_the_controller_says_how_long_it_did_not_answer(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(15):
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1, "controller_timeout": 20})
+    unanswered = sum(clock.sleeps[1:])
+    assert outcome.result["msg"].startswith(f"scontrol show job failed (rc=-): slurmctld did not answer for "
+                                            f"{unanswered:.0f} s (controller_timeout=20): ")
+
+
+def test_the_outage_is_reported_to_a_tenth_of_a_second(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(5):
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    saved = random.getstate()
+    random.seed(1)  # the back-off's jitter, fixed: a sum with a second decimal
+    try:
+        outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1})
+    finally:
+        random.setstate(saved)
+    unanswered = sum(clock.sleeps[1:])
+    assert round(unanswered, 2) != round(unanswered, 1)
+    assert outcome.result["controller_outage_seconds"] == round(unanswered, 1)
+
+
+def test_a_one_line_tail_is_the_last_line(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text("one\ntwo\nthree\n")
+    assert slurm_job.read_log_tail(str(log), 1) == ["three"]
+    assert slurm_job.read_new_lines(str(log), 4, 1) == (["three"], 14)
+
+
+def test_no_news_when_the_log_has_not_grown(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text("one\ntwo\n")
+    assert slurm_job.read_new_lines(str(log), 8, 5) == ([], 8)
+
+
+def test_after_the_end_marker_slurm_is_asked_at_the_marker_pace(slurm_cli, clock, tmp_path, job_output):
+    marker = tmp_path / ".1234.ended"
+    real_sleep = clock.sleep
+
+    def sleep(seconds):
+        if not marker.exists():
+            marker.write_text("0\n")  # the batch script ends during the first wait
+        real_sleep(seconds)
+
+    clock.sleep = sleep
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("running"))  # Slurm has not caught up yet
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"job_id": 1234, "end_marker": str(tmp_path / ".%j.ended"), "poll_min": 5,
+                          "poll_max": 30})
+    assert outcome.result["state"] == "COMPLETED"
+    # The first wait ends at the marker's first check; then two quick looks, not 5 s and 10 s.
+    assert clock.sleeps == [slurm_job.MARKER_CHECK_INTERVAL, slurm_job.MARKER_CHECK_INTERVAL,
+                            slurm_job.MARKER_CHECK_INTERVAL]
+
+
+def test_a_job_that_ends_while_being_cancelled_is_no_error(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(["scancel"], 1, "", "scancel: error: Kill job error on job id 1234: "
+                                         "Job/step already completing or completed\n")
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"state": "absent", "job_id": 1234})
+    assert (outcome.failed, outcome.result["state"]) == (False, "COMPLETED")
+
+
+def test_a_cancel_that_slurm_refuses_fails_the_task_with_its_reason(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(["scancel"], 1, "", "scancel: error: Kill job error on job id 1234: "
+                                         "Access/permission denied\n")
+    outcome = run_module({"state": "absent", "job_id": 1234})
+    assert outcome.failed is True
+    assert outcome.result["msg"] == ("scancel failed (rc=1): scancel: error: Kill job error on job id 1234: "
+                                     "Access/permission denied")
+
+
+def test_a_job_that_ends_at_the_timeout_is_reported_ended_not_timed_out(slurm_cli, clock, job_output):
+    for _ in range(3):
+        slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))  # the look at 3 s, the timeout's last
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1, "timeout": 3})
+    assert (outcome.result["state"], outcome.result["timed_out"]) == ("COMPLETED", False)
+    assert clock.sleeps == [1, 1, 1]
+
+
+def test_the_controller_timeout_is_reached_when_the_outage_lasts_exactly_that_long(slurm_cli, clock, job_output,
+                                                                                  monkeypatch):
+    # No jitter: one command's four retries take 7.5 s, then the follow pauses 1 s: 16 s after two commands.
+    monkeypatch.setattr(slurm_job, "backoff_delays", functools.partial(slurm_job.backoff_delays, jitter=0))
+    monkeypatch.setattr(slurm_job, "retry_command", functools.partial(slurm_job.retry_command, jitter=0))
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    for _ in range(10):
+        slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
+    outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1, "controller_timeout": 16})
+    assert outcome.result["msg"].startswith("scontrol show job failed (rc=-): slurmctld did not answer for 16 s "
+                                            "(controller_timeout=16)")
+
+
+def test_the_log_tail_keeps_the_files_first_byte(tmp_path, monkeypatch):
+    # The last block read back ends one byte after the start of the file.
+    monkeypatch.setattr(slurm_job, "LOG_READ_BLOCK", 4)
+    log = tmp_path / "job.out"
+    log.write_text("a\nbc\n")
+    assert slurm_job.read_log_tail(str(log), 10) == ["a", "bc"]

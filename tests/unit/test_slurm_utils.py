@@ -96,6 +96,7 @@ def test_expand_hostlist_rejects_non_strings():
     (["node08", "node09", "node10"], "node[08-10]"),
     (["node9", "node10"], "node[9-10]"),
     (["node1", "node01"], "node[1,01]"),
+    (["node1", "node3", "node4", "node6"], "node[1,3-4,6]"),  # a later range grows too
     (["gpu01x", "gpu02x"], "gpu01x,gpu02x"),
     (["node5"], "node5"),
     (["login", "node2", "node1", "gpu1"], "gpu1,login,node[1-2]"),
@@ -226,12 +227,15 @@ def test_empty_state_is_a_parse_error():
     ("1-02:03:04", 93784), ("00:12:34", 754), ("12:34", 754), ("0:05", 5), ("100:00:00", 360000),
     ("2-00", 172800), ("2-01:30", 178200), ("UNLIMITED", None), ("INVALID", None),
     ("Partition_Limit", None), ("N/A", None), (" 00:00:00\n", 0),
+    # The largest value of each field (sacct prints a day's last second as 1-23:59:59).
+    ("1-23:59:59", 172799), ("00:59:59", 3599), ("59:59", 3599),
 ])
 def test_parse_duration(text, seconds):
     assert slurm.parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "5", "1:2:3:4", "00:61", "01:60:00", "1-24:00:00", "a:b", "1-", "-1:00"])
+@pytest.mark.parametrize("text", ["", "5", "1:2:3:4", "00:61", "01:60:00", "1-24:00:00", "a:b", "1-", "-1:00",
+                                  "00:00:60", "1-00:00:60", "1-00:60", "00:60"])
 def test_parse_duration_rejects(text):
     with pytest.raises(ValueError, match=f"invalid duration {text!r}"):
         slurm.parse_duration(text)
@@ -615,7 +619,9 @@ def test_parse_sinfo_lists_every_partition_of_a_node():
     }
 
 
-@pytest.mark.parametrize("marker", list(slurm.NODE_STATE_MARKERS))
+# sinfo(1) NODE STATE CODES written out, not read from the constant under test, so that a marker
+# dropped from it fails here instead of silently removing its case.
+@pytest.mark.parametrize("marker", ["*", "~", "#", "!", "%", "$", "@", "^", "-", "+"])
 def test_parse_sinfo_strips_every_state_marker(marker):
     nodes = slurm.parse_sinfo_nodes(f"n1|p|IDLE{marker}|4|(null)\n")
     assert (nodes["n1"]["state"], nodes["n1"]["markers"]) == ("idle", marker)
@@ -721,6 +727,13 @@ def test_backoff_delays():
     assert list(itertools.islice(delays, 5)) == [1, 2, 4, 5, 5]
 
 
+def test_backoff_delays_by_default_start_at_half_a_second_and_are_at_most_a_tenth_longer():
+    # rng at its largest value: each delay as long as the jitter makes it; 8 s is the cap.
+    longest = slurm.backoff_delays(rng=lambda: 1.0)
+    assert list(itertools.islice(longest, 6)) == pytest.approx([0.55, 1.1, 2.2, 4.4, 8.0, 8.0])
+    assert list(itertools.islice(slurm.backoff_delays(rng=lambda: 0.0), 5)) == [0.5, 1, 2, 4, 8]
+
+
 # ---------------------------------------------------------------------------
 # Poll schedule
 # ---------------------------------------------------------------------------
@@ -728,6 +741,8 @@ def test_backoff_delays():
 
 def test_poll_schedule_doubles_up_to_the_cap():
     assert list(itertools.islice(slurm.PollSchedule(1, 30), 8)) == [1, 2, 4, 8, 16, 30, 30, 30]
+    # The defaults: a look after 1 s, at most every 30 s.
+    assert list(itertools.islice(slurm.PollSchedule(), 7)) == [1, 2, 4, 8, 16, 30, 30]
 
 
 def test_poll_schedule_starts_over_on_a_state_change():
@@ -753,3 +768,37 @@ def test_poll_schedule_costs_few_queries_for_a_long_job():
 def test_poll_schedule_rejects_bad_bounds(minimum, maximum, factor):
     with pytest.raises(ValueError, match="invalid poll schedule"):
         slurm.PollSchedule(minimum, maximum, factor)
+
+
+def test_a_long_line_that_is_no_record_is_quoted_to_200_characters():
+    line = "slurm_load_jobs error: " + "x" * 300
+    with pytest.raises(slurm.SlurmParseError) as error:
+        slurm.parse_scontrol_job(line + "\n")
+    assert str(error.value) == f"not an 'scontrol show job -o' record: {line[:200]!r}"
+
+
+def test_invalid_job_id_in_merged_output_is_job_not_found(slurm_output):
+    # A caller that merged stderr into stdout (2>&1) is read the same.
+    with pytest.raises(slurm.JobNotFound):
+        slurm.parse_scontrol_jobs(slurm_output("scontrol_show_job_invalid_id.stderr"), "")
+
+
+def test_parse_squeue_keeps_a_bar_inside_the_comment():
+    [job] = slurm.parse_squeue("9|train|RUNNING|None|n1|fingerprint:0123456789abcdef a|b|c\n")
+    assert job["comment"] == "fingerprint:0123456789abcdef a|b|c"
+
+
+def test_retry_command_with_one_attempt_runs_once():
+    run = ScriptedRun([TIMEOUT])
+    assert slurm.retry_command(run, ["squeue"], attempts=1, sleep=pytest.fail) == TIMEOUT
+    assert run.calls == [["squeue"]]
+
+
+def test_poll_schedule_may_keep_one_interval():
+    assert list(itertools.islice(slurm.PollSchedule(5, 5, factor=1), 3)) == [5, 5, 5]
+
+
+def test_parse_sinfo_lists_each_partition_once_and_no_empty_one():
+    # A node in no partition prints an empty %P; sinfo -N repeats a node per partition.
+    nodes = slurm.parse_sinfo_nodes("n1||idle|4|(null)\nn2|gpu*|idle|4|(null)\nn2|gpu|idle|4|(null)\n")
+    assert (nodes["n1"]["partitions"], nodes["n2"]["partitions"]) == ([], ["gpu"])

@@ -66,3 +66,90 @@ def test_bad_warning_and_restart_settings_are_refused_by_name(key, value, words)
 def test_the_warning_signal_may_be_written_with_sig():
     job = module.train_job(request(warning_signal="sigusr2", max_restarts=0))
     assert (job["warning_signal"], job["max_restarts"]) == ("USR2", 0)
+
+
+def test_the_longest_warning_sbatch_takes_is_accepted_and_one_more_is_not():
+    assert module.train_job(request(warning_seconds="65535"))["warning_seconds"] == 65535
+    assert module.train_job(request(warning_seconds="1"))["warning_seconds"] == 1
+    with pytest.raises(AnsibleFilterError, match="warning_seconds='65536' is not allowed: give 1 to 65535 seconds "
+                                                 "before the time limit"):
+        module.train_job(request(warning_seconds="65536"))
+
+
+@pytest.mark.parametrize("given, kept", [(True, True), (1, True), (False, False), (0, False), ("", False)])
+def test_replacing_ld_library_path_is_a_yes_or_no(given, kept):
+    # The job script and job.json say true or false, whatever truthy value the request carried.
+    assert module.train_job(request(replace_ld_library_path=given))["replace_ld_library_path"] is kept
+
+
+def test_an_empty_count_means_zero_and_spaces_around_a_number_do_not_matter():
+    job = module.train_job(request(max_restarts=None, master_port=" 29500 ", nproc_per_node=""))
+    assert (job["max_restarts"], job["master_port"], job["nproc_per_node"]) == (0, 29500, 8)
+
+
+def test_the_cpus_are_shared_out_by_whole_numbers():
+    job = module.train_job(request(gpus_per_node="4", cpus_per_task="30"))
+    assert (job["nproc_per_node"], job["omp_num_threads"]) == (4, 7)
+
+
+def test_a_value_the_job_script_cannot_hold_is_refused_after_deriving():
+    with pytest.raises(AnsibleFilterError, match="; partition='gpu a' is not allowed: a Slurm partition name"):
+        module.train_job(request(partition="gpu a"))
+    with pytest.raises(AnsibleFilterError, match="account='a;b' is not allowed.*; time_limit='1 day' is not allowed"):
+        module.train_job(request(account="a;b", time_limit="1 day"))
+
+
+def test_an_empty_jobs_dir_is_refused_since_the_job_dir_would_be_at_the_root():
+    assert module.value_problems({"jobs_dir": ""}) == [
+        "slurm_launch_jobs_dir='' is not allowed: an absolute path of letters, digits, '_', '.', '-' and '/', "
+        "without '..'"]
+    assert module.value_problems({"jobs_dir": "/starmap/nas/jobs"}) == []
+
+
+@pytest.mark.parametrize("marker", ["/nas/jobs/train/.ended$(id)", "nas/jobs/train/.%j.ended",
+                                    "/nas/jobs/../train/.%j.ended", "/nas/jobs/train/.%j ended"])
+def test_an_end_marker_the_job_script_cannot_hold_is_refused(marker):
+    assert module.value_problems({"job_name": "train", "job_dir": "/nas/jobs/train", "end_marker": marker}) == [
+        f"end_marker={marker!r} is not allowed: an absolute path of letters, digits, '_', '.', '-' and '/', "
+        "without '..' ('%j' is the job id)"]
+
+
+def test_the_job_id_placeholder_and_an_empty_end_marker_are_accepted():
+    values = {"job_name": "train", "job_dir": "/nas/jobs/train"}
+    assert module.value_problems({**values, "end_marker": "/nas/jobs/train/.%j.ended"}) == []
+    assert module.value_problems({**values, "end_marker": ""}) == []
+
+
+def test_a_bad_job_name_is_the_only_problem_named_for_the_job_dir():
+    # The job dir is made of the name: the name is what to fix.
+    [message] = module.value_problems({"job_name": "my job", "job_dir": "/nas/jobs/my job",
+                                       "end_marker": "/nas/jobs/my job/.%j.ended"})
+    assert message.startswith("job_name='my job' is not allowed: a job name is ")
+
+
+@pytest.mark.parametrize("key, value, rule", [
+    ("partition", "", "a Slurm partition name"),
+    ("rendezvous", "etcd", "static or c10d"),
+    ("time_limit", True, "give Slurm's --time as"),
+    ("nodelist", "node1 node2", "a Slurm hostlist such as node[110-111]"),
+    ("conda_env", "-env", "a conda env name"),
+    ("nccl_env_file", "/nas/env/nccl-$(id).sh", "an absolute path"),
+    ("script_args", "--steps 30", "a list of arguments"),
+    ("script_args", ["--steps", 30], "each argument is text without NUL characters"),
+    ("env", {"X": 1.5, "Y": 2, "Z": b"x"}, "give text or a number"),
+])
+def test_each_value_check_names_its_key_and_rule(key, value, rule):
+    [message] = module.value_problems({key: value})
+    assert message.startswith(f"{key if key != 'env' else 'env Z'}=") and rule in message
+
+
+def test_accepted_values_of_each_kind():
+    assert module.value_problems({"partition": "gpu_A6000", "rendezvous": "c10d", "account": "", "conda_env": "",
+                                  "nodelist": "node[110-111]", "time_limit": "UNLIMITED",
+                                  "script_args": ("--steps", "30"), "env": {"X": 1.5, "Y": 2, "Z": "a"}}) == []
+
+
+@pytest.mark.parametrize("directives", [5, None, {"--exclusive": True}, "--exclusive"])
+def test_extra_directives_that_are_no_list_are_refused(directives):
+    assert module.value_problems({"extra_directives": directives}) == [
+        f"extra_directives={directives!r} is not allowed: give a list of sbatch options, e.g. [\"--exclusive\"]"]

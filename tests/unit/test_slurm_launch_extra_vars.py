@@ -1,0 +1,150 @@
+"""The slurm_launch_extra_vars action plugin run as the launch runs it: the role's real defaults
+and argument specs, the -e values as ansible-playbook's command line hands them over."""
+
+import importlib.util
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+from ansible import context
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.collections import ImmutableDict
+from ansible.parsing.dataloader import DataLoader
+from ansible.utils.vars import load_extra_vars
+
+from conftest import PROJECT_ROOT
+
+ROLE = PROJECT_ROOT / "roles" / "slurm_launch"
+PLUGIN = ROLE / "action_plugins" / "slurm_launch_extra_vars.py"
+spec = importlib.util.spec_from_file_location("slurm_launch_extra_vars_action", PLUGIN)
+action = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(action)
+
+
+def run(extra_vars, task_vars=None, **args):
+    """The task's result for `ansible-playbook ... -e EXTRA_VARS[0] -e EXTRA_VARS[1] ...`."""
+    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
+            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml"), **args}
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_extra_vars")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), DataLoader(), None, None)
+    # load_extra_vars keeps the first command line it read; each test gives its own.
+    with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=tuple(extra_vars))), \
+            mock.patch.object(load_extra_vars, "extra_vars", None, create=True):
+        return plugin.run(task_vars=task_vars or {})
+
+
+def test_known_short_names_long_names_and_prefixed_variables_pass():
+    result = run(["nodes=node[110-111] script=/nas/train.py", "wait=false",
+                  '{"slurm_launch_time_limit": "2:00:00", "cluster_account": "ml", "ansible_user": "me"}'])
+    assert not result.get("failed"), result.get("msg")
+    assert result["unknown"] == []
+    assert result["given"] == ["ansible_user", "cluster_account", "nodes", "script", "slurm_launch_time_limit",
+                               "wait"]
+    assert result["changed"] is False
+
+
+def test_a_misspelt_key_is_refused_with_the_closest_known_one():
+    result = run(["script=/nas/train.py wiat=false"])
+    assert result["failed"] is True
+    assert result["unknown"] == ["wiat"]
+    assert result["msg"].startswith("Unknown -e key: -e wiat (did you mean 'wait'?). A launch reads: script, ")
+    assert "and any variable starting with cluster_, ansible_." in result["msg"]
+
+
+def test_every_unknown_key_is_named_even_one_alone_among_known_ones():
+    assert run(["nodes=n1 nodez=n2"])["unknown"] == ["nodez"]
+    result = run(["nods=n1", "scirpt=/nas/t.py", "wiat=false"])
+    assert result["unknown"] == ["nods", "scirpt", "wiat"]
+    assert result["msg"].startswith("Unknown -e keys: -e nods (did you mean 'nodes'?); "
+                                    "-e scirpt (did you mean 'script'?); -e wiat (did you mean 'wait'?).")
+
+
+def test_keys_from_an_extra_vars_file_are_checked_too(tmp_path):
+    given = tmp_path / "job.yml"
+    given.write_text("nodes: node110\nnum_nodse: 2\n")
+    result = run([f"@{given}"])
+    assert result["unknown"] == ["num_nodse"]
+    assert "(did you mean 'num_nodes'?)" in result["msg"]
+
+
+def test_a_top_level_default_without_an_alias_is_known():
+    # slurm_launch_env is in defaults/main.yml as a plain mapping, read by no short name.
+    assert "slurm_launch_env: " in (ROLE / "defaults" / "main.yml").read_text()
+    assert run(['{"slurm_launch_env": {"NCCL_DEBUG": "INFO"}}'])["unknown"] == []
+
+
+def test_other_prefixes_can_be_given():
+    result = run(["site_rack=3 cluster_account=ml"], prefixes=["site_"])
+    assert result["unknown"] == ["cluster_account"]
+    assert result["msg"].endswith("and any variable starting with site_.")
+
+
+def test_a_set_prefixed_variable_is_suggested_for_a_misspelling_of_it():
+    result = run(["clustr_nas_root=/nas"], task_vars={"cluster_nas_root": "/starmap/nas", "inventory_hostname": "x"})
+    assert "-e clustr_nas_root (did you mean 'cluster_nas_root'?)" in result["msg"]
+
+
+def test_without_extra_vars_nothing_is_refused():
+    result = run([])
+    assert (result.get("failed", False), result["given"], result["unknown"]) == (False, [], [])
+    assert result["aliases"][:4] == ["script", "script_args", "job_name", "nodes"]
+    assert {"slurm_launch_nodes", "nodes", "wait"} <= set(result["known"])
+
+
+def test_an_unreadable_defaults_file_is_named(tmp_path):
+    with pytest.raises(AnsibleActionFail, match=f"cannot read the role's defaults {tmp_path}/missing.yml: "):
+        run([], defaults_file=str(tmp_path / "missing.yml"))
+
+
+def test_argument_specs_without_main_options_are_named(tmp_path):
+    specs = tmp_path / "argument_specs.yml"
+    specs.write_text("argument_specs:\n  main:\n    short_description: no options\n")
+    with pytest.raises(AnsibleActionFail, match=f"{specs} has no argument_specs.main.options"):
+        run([], argument_specs_file=str(specs))
+    specs.write_text("")
+    with pytest.raises(AnsibleActionFail, match="has no argument_specs.main.options"):
+        run([], argument_specs_file=str(specs))
+
+
+def test_check_mode_refuses_the_same_keys():
+    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
+            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml")}
+    task = SimpleNamespace(args=args, async_val=0, check_mode=True, action="slurm_launch_extra_vars")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), DataLoader(), None, None)
+    with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=("wiat=false",))), \
+            mock.patch.object(load_extra_vars, "extra_vars", None, create=True):
+        result = plugin.run(task_vars={})
+    assert (result["failed"], result["unknown"]) == (True, ["wiat"])
+
+
+def test_nothing_is_made_on_a_host():
+    # It reads the controller's files only: no temporary directory on the target first.
+    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
+            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml")}
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_extra_vars")
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
+    plugin = action.ActionModule(task, connection, mock.MagicMock(), DataLoader(), None, None)
+    with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=())), \
+            mock.patch.object(load_extra_vars, "extra_vars", None, create=True), \
+            mock.patch.object(plugin, "_make_tmp_path", side_effect=AssertionError("made a remote tmp dir")):
+        assert plugin.run(task_vars={})["unknown"] == []
+
+
+@pytest.mark.parametrize("missing", ["defaults_file", "argument_specs_file"])
+def test_both_role_files_must_be_given(missing):
+    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
+            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml")}
+    del args[missing]
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_extra_vars")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), DataLoader(), None, None)
+    with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=())), \
+            mock.patch.object(load_extra_vars, "extra_vars", None, create=True), \
+            pytest.raises(AnsibleActionFail, match=f"^missing required arguments: {missing}$"):
+        plugin.run(task_vars={})
+
+
+def test_only_prefixed_variables_are_offered_as_suggestions():
+    # inventory_hostname is set for every task but is no launch key: never suggested.
+    result = run(["inventory_hostnam=x"], task_vars={"inventory_hostname": "login1", "cluster_nas_root": "/nas"})
+    assert result["msg"].startswith("Unknown -e key: -e inventory_hostnam. A launch reads: ")
