@@ -87,7 +87,7 @@ def test_a_set_prefixed_variable_is_suggested_for_a_misspelling_of_it():
 def test_without_extra_vars_nothing_is_refused():
     result = run([])
     assert (result.get("failed", False), result["given"], result["unknown"]) == (False, [], [])
-    assert result["aliases"][:4] == ["script", "script_args", "job_name", "nodes"]
+    assert result["aliases"][:4] == ["script", "script_args", "job_name", "code_dir"]
     assert {"slurm_launch_nodes", "nodes", "wait"} <= set(result["known"])
 
 
