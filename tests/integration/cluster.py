@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -97,3 +98,21 @@ def nas_without_provisioning(state, venv):
                    check=True)
     site = next((Path(venv) / "lib").glob("python3*/site-packages"))
     (site / "local-cluster-channel.pth").write_text(f"{Path(state) / 'channel' / 'site-packages'}\n")
+
+
+def play_recap(stdout):
+    """{host: {ok, changed, failed, ...}} from the PLAY RECAP of a run, per host."""
+    hosts = {}
+    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", stdout.rsplit("PLAY RECAP", 1)[-1], re.M):
+        hosts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
+    return hosts
+
+
+def task_outcome(stdout, task, host):
+    """How a task named `task` ended on `host` in a playbook's output: ok, changed, skipping,
+    failed or fatal; None when the task did not run there."""
+    block = re.search(rf"^TASK \[[^\]]*{re.escape(task)}[^\]]*\] \**\n(.*?)(?=^TASK |^PLAY |\Z)", stdout, re.M | re.S)
+    if not block:
+        return None
+    found = re.search(rf"^(ok|changed|skipping|failed|fatal): \[{re.escape(host)}[\] ]", block.group(1), re.M)
+    return found.group(1) if found else None
