@@ -20,7 +20,8 @@ def test_two_node_batch_job_runs_srun_on_both_nodes_with_gpus(cluster, tmp_path)
     out_dir.mkdir(parents=True)
     proc = cluster.slurm(
         "sbatch", "--parsable", "--wait", "-N2", "--ntasks-per-node=1", "-p", "gpu_A6000", "--gres=gpu:8",
-        f"--output={out_dir}/%x-%j.out", "--job-name=hostname",
+        # From a directory the nodes see: they do not see the controller's checkout or /tmp.
+        f"--chdir={out_dir}", f"--output={out_dir}/%x-%j.out", "--job-name=hostname",
         "--wrap", 'srun bash -c \'echo "$(hostname) gpus=$CUDA_VISIBLE_DEVICES"\'')
     job_id = proc.stdout.strip()
     lines = sorted((out_dir / f"hostname-{job_id}.out").read_text().split("\n"))
