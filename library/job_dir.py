@@ -167,15 +167,19 @@ def extract(archive, destination, file_mode):
         for member in members:
             target = os.path.join(destination, member.name)
             if member.isdir():
-                os.makedirs(target, mode=file_mode | 0o100, exist_ok=True)
+                os.makedirs(target, exist_ok=True)
                 continue
-            os.makedirs(os.path.dirname(target), mode=file_mode | 0o100, exist_ok=True)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
             source = tar.extractfile(member)
-            mode = file_mode if member.mode & 0o100 else file_mode & 0o666
+            mode = file_mode if member.mode & stat.S_IXUSR else file_mode & 0o666
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
             with os.fdopen(fd, "wb") as out:
                 shutil.copyfileobj(source, out)
             os.chmod(target, mode)
+    # Directories get the mode exactly, as the job's own do (makedirs' is narrowed by the umask);
+    # fwalk opens each one without following a link.
+    for _, _, _, fd in os.fwalk(destination):
+        os.fchmod(fd, file_mode)
 
 
 def run(module):
@@ -260,33 +264,30 @@ def run(module):
                 pass
 
 
+ARGUMENT_SPEC = dict(
+    jobs_root=dict(type="path", required=True),
+    job_name=dict(type="str", required=True),
+    mode=dict(type="str", default="0700"),
+    code_hash=dict(type="str"),
+    code_archive=dict(type="path"),
+    probe=dict(type="bool", default=False),
+    # Read by the action plugin on the controller.
+    code_dir=dict(type="path"),
+    script=dict(type="path"),
+    code_files=dict(type="list", elements="path"),
+    max_mb=dict(type="int", default=100),
+)
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            jobs_root=dict(type="path", required=True),
-            job_name=dict(type="str", required=True),
-            mode=dict(type="str", default="0700"),
-            code_hash=dict(type="str"),
-            code_archive=dict(type="path"),
-            probe=dict(type="bool", default=False),
-            # Read by the action plugin on the controller.
-            code_dir=dict(type="path"),
-            script=dict(type="path"),
-            code_files=dict(type="list", elements="path"),
-            max_mb=dict(type="int", default=100),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         module.exit_json(**run(module))
     except Refused as error:
         module.fail_json(msg=str(error), changed=False)
     except OSError as error:
-        module.fail_json(msg=f"{error.filename or params_path(module)}: {error.strerror}", changed=False)
-
-
-def params_path(module):
-    return os.path.join(module.params["jobs_root"], module.params["job_name"])
+        path = error.filename or os.path.join(module.params["jobs_root"], module.params["job_name"])
+        module.fail_json(msg=f"{path}: {error.strerror}", changed=False)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,16 @@
 the controller side of its action plugin (which files are staged, their hash, the size limit)."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import tarfile
 from pathlib import Path
 
+import ansible.module_utils._internal
 import pytest
+import yaml
+from ansible.module_utils.testing import patch_module_args
 
 import job_dir
 
@@ -88,6 +92,7 @@ def test_a_file_in_place_of_a_directory_is_refused(tmp_path, jobs):
 @pytest.mark.parametrize("params, message", [
     ({"job_name": "../x"}, "job_name='../x'"),
     ({"mode": "777"}, "others may not write"),
+    ({"mode": "0702"}, "others may not write"),
     ({"mode": "0600"}, "the owner needs rwx"),
     ({"mode": "rwx"}, "give an octal mode"),
     ({"code_hash": "../../etc"}, "is not a hex digest"),
@@ -175,3 +180,189 @@ def test_the_hash_follows_content_names_and_the_execute_bit_only(tmp_path):
     assert digest() == first
     (code / "a.py").write_text("y\n")
     assert digest() != first
+
+
+def main_result(capsys, monkeypatch, check_mode=False, **args):
+    """What the task reports when the module runs on the submit host with these arguments."""
+    monkeypatch.setattr(ansible.module_utils._internal, "is_controller", False)
+    if check_mode:
+        args["_ansible_check_mode"] = True
+    with patch_module_args(args), pytest.raises(SystemExit):
+        job_dir.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_task_reports_the_directories_it_made_and_in_check_mode_only_predicts_them(capsys, monkeypatch, jobs):
+    predicted = main_result(capsys, monkeypatch, check_mode=True, jobs_root=str(jobs), job_name="train")
+    assert (predicted["changed"], predicted["made"]) == (True, [str(jobs / user())])
+    assert list(jobs.iterdir()) == []
+    made = main_result(capsys, monkeypatch, jobs_root=str(jobs), job_name="train", code_hash="ab12cd34")
+    assert made.get("failed") is None, made.get("msg")
+    assert made["made"] == [str(jobs / user()), str(jobs / user() / "train"), str(jobs / user() / "train" / "code")]
+    assert (jobs / user() / "train" / "code").is_dir() and made["code_present"] is False
+
+
+def test_the_task_fails_unchanged_naming_the_refused_path_or_the_missing_argument(capsys, monkeypatch, jobs):
+    (jobs / user()).symlink_to(jobs)
+    refused = main_result(capsys, monkeypatch, jobs_root=str(jobs), job_name="train")
+    assert (refused["failed"], refused["changed"]) == (True, False)
+    assert refused["msg"].startswith(f"{jobs / user()} is a symbolic link: refusing to write through it")
+    missing = main_result(capsys, monkeypatch, job_name="train")
+    assert missing["failed"] and missing["msg"] == "missing required arguments: jobs_root"
+    missing = main_result(capsys, monkeypatch, jobs_root=str(jobs))
+    assert missing["failed"] and missing["msg"] == "missing required arguments: job_name"
+
+
+def test_a_failing_write_is_reported_unchanged_with_the_path_it_failed_on(capsys, monkeypatch, tmp_path, jobs):
+    archive = pack_tree(tmp_path, {"train.py": "print('hi')\n"})
+    victim = plant_link_while_extracting(monkeypatch, tmp_path, "train.py")
+    failed = main_result(capsys, monkeypatch, jobs_root=str(jobs), job_name="train", code_hash="ab12cd34",
+                         code_archive=str(archive))
+    assert (failed["failed"], failed["changed"]) == (True, False)
+    assert failed["msg"].endswith("/train.py: File exists") and ".ab12cd34.partial-" in failed["msg"]
+    assert victim.read_text() == "the other user's\n"
+
+
+def test_the_documented_options_are_the_argument_spec():
+    documented = yaml.safe_load(job_dir.DOCUMENTATION)["options"]
+    assert sorted(documented) == sorted(job_dir.ARGUMENT_SPEC)
+    for name, spec in job_dir.ARGUMENT_SPEC.items():
+        doc = documented[name]
+        assert (doc["type"], doc.get("default"), doc.get("required", False), doc.get("elements")) == \
+            (spec["type"], spec.get("default"), spec.get("required", False), spec.get("elements")), name
+
+
+def test_a_jobs_root_that_is_a_file_is_refused_as_not_a_directory(tmp_path):
+    (tmp_path / "jobs").write_text("")
+    with pytest.raises(job_dir.Refused, match=r"jobs directory .*/jobs: Not a directory \(provision.yml makes it\)"):
+        run(tmp_path)
+
+
+def test_a_directory_of_the_wrong_mode_is_set_right_and_a_probe_only_reports_it(tmp_path, jobs):
+    run(tmp_path, code_hash="ab12cd34")
+    base = jobs / user() / "train"
+    base.chmod(0o755)
+    probed = run(tmp_path, code_hash="ab12cd34", probe=True)
+    assert (probed["changed"], probed["made"]) == (True, []) and base.stat().st_mode & 0o7777 == 0o755
+    fixed = run(tmp_path, code_hash="ab12cd34")
+    assert (fixed["changed"], fixed["made"]) == (True, []) and base.stat().st_mode & 0o7777 == 0o700
+
+
+def test_a_world_readable_mode_gives_others_read_and_execute_only(tmp_path, jobs):
+    archive = pack_tree(tmp_path, {"train.py": "print('hi')\n", "run.sh": "#!/bin/sh\n"}, executable={"run.sh"})
+    code = Path(run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode="0755")["code_dir"])
+    assert (code / "train.py").stat().st_mode & 0o777 == 0o644
+    assert (code / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert (jobs / user()).stat().st_mode & 0o777 == 0o755
+
+
+def test_staged_directories_get_the_mode_whatever_the_umask(tmp_path, jobs):
+    source = tmp_path / "src"
+    (source / "pkg" / "data").mkdir(parents=True)
+    (source / "train.py").write_text("a\n")
+    (source / "pkg" / "util.py").write_text("b\n")
+    archive = tmp_path / "code.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(source, arcname=".")  # members ".", "./pkg", "./pkg/data" (empty), ...: as tar -c . lists them
+    old = os.umask(0o022)
+    try:
+        result = run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode="0770")
+    finally:
+        os.umask(old)
+    code = Path(result["code_dir"])
+    assert (code / "pkg" / "util.py").read_text() == "b\n" and (code / "train.py").read_text() == "a\n"
+    for directory in (code, code / "pkg", code / "pkg" / "data"):
+        assert directory.stat().st_mode & 0o7777 == 0o770, directory
+    assert (code / "pkg" / "util.py").stat().st_mode & 0o777 == 0o660
+
+
+def pack_tree(tmp_path, files, executable=()):
+    """The archive the action plugin sends for a code directory holding `files`."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name, text in files.items():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(text)
+        (source / name).chmod(0o755 if name in executable else 0o644)
+    listed, _, _ = action.list_code(str(source))
+    archive = tmp_path / "code.tar.gz"
+    action.pack(listed, lambda name: str(source / name), str(archive))
+    return archive
+
+
+def plant_link_while_extracting(monkeypatch, tmp_path, name):
+    """Another member of a group-writable job directory's group plants `name` in the partial
+    directory as a link to a file of theirs, between its making and the extraction."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the other user's\n")
+    real = job_dir.extract
+
+    def planting(archive, destination, file_mode):
+        os.symlink(victim, os.path.join(destination, name))
+        real(archive, destination, file_mode)
+    monkeypatch.setattr(job_dir, "extract", planting)
+    return victim
+
+
+def test_a_link_planted_in_the_partial_directory_is_not_written_through(monkeypatch, tmp_path, jobs):
+    archive = pack_tree(tmp_path, {"train.py": "print('hi')\n"})
+    victim = plant_link_while_extracting(monkeypatch, tmp_path, "train.py")
+    with pytest.raises(FileExistsError):
+        run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode="0770")
+    assert victim.read_text() == "the other user's\n"
+    assert list((jobs / user() / "train" / "code").iterdir()) == [], "the partial directory is removed"
+    assert not archive.exists()
+
+
+def test_a_copy_is_reported_changed_and_the_archive_removed(tmp_path, jobs):
+    run(tmp_path, code_hash="ab12cd34")
+    archive = pack_tree(tmp_path, {"train.py": "print('hi')\n"})
+    result = run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
+    assert (result["changed"], result["made"], result["code_copied"]) == (True, [], True)
+    assert not archive.exists(), "the archive is removed once extracted"
+
+
+def test_an_archive_already_gone_is_no_failure_when_the_code_is_there(tmp_path, jobs):
+    archive = pack_tree(tmp_path, {"train.py": "print('hi')\n"})
+    run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
+    again = run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
+    assert (again["changed"], again["code_present"], again["code_copied"]) == (False, True, False)
+
+
+def test_every_directory_it_opened_is_closed_again(tmp_path, jobs):
+    before = sorted(os.listdir("/proc/self/fd"))
+    run(tmp_path, code_hash="ab12cd34")
+    run(tmp_path, code_hash="ab12cd34", probe=True)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def another_copy_lands_while_extracting(monkeypatch, owner=None):
+    """A second launch of the same code renames its copy into code/<hash> first (or, with owner,
+    another user makes that directory), while this run is still extracting."""
+    real = job_dir.extract
+
+    def racing(archive, destination, file_mode):
+        real(archive, destination, file_mode)
+        theirs = os.path.join(os.path.dirname(destination), "ab12cd34")
+        os.mkdir(theirs, 0o700)
+        Path(theirs, "train.py").write_text("print('hi')\n")
+        if owner is not None:
+            os.chown(theirs, owner, owner)
+    monkeypatch.setattr(job_dir, "extract", racing)
+
+
+def test_a_launch_of_the_same_code_that_got_there_first_is_kept(monkeypatch, tmp_path, jobs):
+    archive = pack_tree(tmp_path, {"train.py": "print('hi')\n"})
+    another_copy_lands_while_extracting(monkeypatch)
+    result = run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
+    code = jobs / user() / "train" / "code"
+    assert (result["changed"], result["code_copied"]) == (True, True)
+    assert [p.name for p in code.iterdir()] == ["ab12cd34"] and (code / "ab12cd34" / "train.py").exists()
+
+
+def test_a_directory_another_user_made_in_its_place_meanwhile_is_refused(monkeypatch, tmp_path, jobs):
+    archive = pack_tree(tmp_path, {"train.py": "print('hi')\n"})
+    another_copy_lands_while_extracting(monkeypatch, owner=OTHER_UID)
+    with pytest.raises(job_dir.Refused, match=rf"code/ab12cd34 belongs to uid {OTHER_UID}, not to {user()}"):
+        run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
+    assert [p.name for p in (jobs / user() / "train" / "code").iterdir()] == ["ab12cd34"], "no partial left"
