@@ -37,15 +37,14 @@ def list_code(code_dir):
         facts["git_commit"] = (git(code_dir, "rev-parse", "HEAD") or b"").decode().strip()
         facts["git_dirty"] = bool(git(code_dir, "status", "--porcelain", "--", "."))
         names = [name.decode() for name in listed.split(b"\0") if name]
+        names = [name for name in names if not set(name.split("/")) & SKIPPED_DIRS]
     else:
         names = []
         for top, dirs, files in os.walk(code_dir):
-            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
-            names += [os.path.relpath(os.path.join(top, f), code_dir) for f in files]
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)  # not walked at all: often large
+            names += [os.path.relpath(os.path.join(top, f), code_dir) for f in files if f not in SKIPPED_DIRS]
     files, skipped = [], []
     for name in sorted(set(names)):
-        if set(name.split("/")) & SKIPPED_DIRS:
-            continue
         info = os.lstat(os.path.join(code_dir, name)) if os.path.lexists(os.path.join(code_dir, name)) else None
         if info is None:
             continue  # tracked, deleted in the work tree
@@ -91,7 +90,8 @@ def pack(files, source, archive):
 
 
 class ActionModule(ActionBase):
-    TRANSFERS_FILES = True
+    # Not TRANSFERS_FILES: that makes a remote tmp before run(), which _copy's own (made only when
+    # the code is sent, and removed after) replaced as the shell's tmpdir, so it was never removed.
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
