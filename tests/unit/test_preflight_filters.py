@@ -81,3 +81,61 @@ def test_node_groups_are_the_nccl_env_roles():
     groups = {"all": ["n1", "login"], "compute": ["n1"], "gpu_A6000": ["n1"], "submit": ["login"]}
     hostvars = {"n1": {"group_names": ["compute", "gpu_A6000"]}}
     assert preflight.preflight_node_groups(["n1"], hostvars, groups) == ["gpu_A6000"]
+
+
+def test_a_failed_check_job_is_named_with_slurms_message_and_the_last_three_lines_of_its_log():
+    msg = "Slurm job 41 ended in state FAILED (exit code 1, signal 0, reason NonZeroExitCode)"
+    job = {"job_id": 41, "state": "FAILED", "exit_code": 1, "msg": msg,
+           "log_tail": ["+ source /nas/env/nccl-g.sh", "+ srun python3 node_check.py", "a", "b", "python3: not found"]}
+    problems = preflight.preflight_problems([], ["n1", "n2"], {**CONTEXT, "check_job": job, "node_groups": ["g", "g"]})
+    assert problems == [f"n1, n2: the node check did not report (job 41 ended FAILED, exit code 1: {msg}; "
+                        "its log ends: a | b | python3: not found)"]
+
+
+def test_a_long_error_is_cut_to_its_last_160_characters():
+    # node_check.py keeps an error's last 200 characters (as here); the message shows the last 160.
+    cuda_error = ("/nas/cuda/cuda-11.8/bin/nvcc: error while loading shared libraries: libcudart.so.11.0: "
+                  "cannot open shared object file: No such file or directory (LD_LIBRARY_PATH=/nas/cuda/cuda-11.8/"
+                  "lib64:/usr/lib)")[-200:]
+    python_error = ("Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\n  File \"/nas/envs/x/"
+                    "lib/python3.11/site-packages/torch/__init__.py\", line 237, in <module>\nImportError: "
+                    "libcudnn.so.8: cannot open shared object file")[-200:]
+    assert len(cuda_error) > 160 and len(python_error) > 160
+    found = [record("n1", cuda="", cuda_error=cuda_error, python="", python_error=python_error)]
+    problems = preflight.preflight_problems(found, ["n1"], {**CONTEXT, "node_groups": ["g"]})
+    assert problems[:2] == [
+        f"n1: CUDA: /nas/cuda/cuda-11.8/bin/nvcc --version failed ({cuda_error[-160:]}); run provision.yml, or set "
+        "cluster_cuda_home to the toolkit every node sees",
+        f"n1: Python env: conda env x of /nas/anaconda3 does not activate or import torch ({python_error[-160:]}); "
+        "run provision.yml, or check conda_environment_file"]
+
+
+def test_a_node_after_one_that_did_not_report_is_still_checked_and_listed():
+    found = [record("n2", cuda="", cuda_error="nvcc: not found")]
+    problems = preflight.preflight_problems(found, ["n1", "n2"], {**CONTEXT, "node_groups": ["g", "g"]})
+    assert [p.split(":")[0] for p in problems] == ["n1", "n2"]
+    rows = preflight.preflight_rows(found, ["n1", "n2"])
+    assert [row["node"] for row in rows] == ["n1", "n2"] and rows[1]["checks"].startswith("torch 2.13.0")
+
+
+def test_a_record_that_names_no_node_is_no_nodes():
+    # As from a node_check.py of another version: the fields, but no "node".
+    stray = {key: value for key, value in record("n1").items() if key != "node"}
+    problems = preflight.preflight_problems([stray, record("n2")], ["n1", "n2"], {**CONTEXT, "node_groups": ["g", "g"]})
+    assert problems[0].startswith("n1: the node check did not report")
+
+
+def test_without_node_groups_the_nodes_are_judged_as_of_no_group():
+    found = [record("n1"), record("n2", job={"NCCL_SOCKET_IFNAME": "ib0"}, interface="ib0")]
+    context = {key: value for key, value in CONTEXT.items() if key != "node_groups"}
+    problems = preflight.preflight_problems(found, ["n1", "n2"], context)
+    assert problems == preflight.preflight_problems(found, ["n1", "n2"], {**context, "node_groups": ["", ""]})
+    assert any(p.startswith("n2: NCCL_SOCKET_IFNAME names ib0") for p in problems), problems
+
+
+def test_a_node_in_two_partitions_is_of_the_first_as_provision_names_it():
+    groups = {"all": ["n1", "n2", "login"], "compute": ["n1", "n2"], "gpu_A6000": ["n1"], "gpu_all": ["n1", "n2"],
+              "submit": ["login"]}
+    hostvars = {"n1": {"group_names": ["compute", "gpu_A6000", "gpu_all"]}, "n2": {"group_names": ["compute", "gpu_all"]},
+                "login": {"group_names": ["submit"]}}
+    assert preflight.preflight_node_groups(["n1", "n2", "login"], hostvars, groups) == ["gpu_A6000", "gpu_all", ""]
