@@ -501,9 +501,16 @@ def select_socket_interfaces(interfaces, exclude_patterns, addresses_known):
     ]
 
 
+def is_link_local(address):
+    try:
+        return ipaddress.ip_address(address).is_link_local
+    except ValueError:
+        return False
+
+
 def routable_ipv4(addresses):
-    return [address for address in addresses
-            if not ipaddress.ip_address(address).is_link_local]
+    """Addresses other nodes could reach: not 169.254/16 (BMC USB NICs, zeroconf)."""
+    return [address for address in addresses if not is_link_local(address)]
 
 
 def parse_nccl_version(text):
@@ -529,7 +536,7 @@ def nccl_version_from_env(prefix):
             return version
     pattern = os.path.join(prefix, "lib", "python3*", "site-packages", "nvidia_nccl_cu*-*.dist-info")
     for dist_info in sorted(glob.glob(pattern)):
-        version = os.path.basename(dist_info).split("-")[1]
+        version = os.path.basename(dist_info)[:-len(".dist-info")].split("-")[1]
         if parse_nccl_version(version):
             return version
     return None
@@ -614,7 +621,7 @@ def cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cid
     if cluster_cidr:
         network = ipaddress.ip_network(cluster_cidr, strict=False)
         inside = [iface["name"] for iface in usable
-                  if any(ipaddress.ip_address(a) in network for a in routable_ipv4(iface["ipv4"]))]
+                  if any(not is_link_local(a) and ipaddress.ip_address(a) in network for a in iface["ipv4"])]
         if len(inside) == 1:
             return inside[0], f"its address is in the cluster network {cluster_cidr}"
         if inside:
