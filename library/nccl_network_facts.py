@@ -7,9 +7,14 @@ short_description: Detect InfiniBand/RoCE HCAs and network interfaces and propos
 description:
   - Reads RDMA devices from C(<sysfs_root>/class/infiniband) and network interfaces from
     C(<sysfs_root>/class/net) and returns them as the fact C(nccl_network).
-  - Proposes values for C(NCCL_IB_DISABLE), C(NCCL_IB_HCA), C(NCCL_IB_GID_INDEX) and
-    C(NCCL_SOCKET_IFNAME) from what it found. Problems that make a proposal doubtful are
-    listed in C(nccl_network.warnings) and raised as module warnings.
+  - Reads NVIDIA GPUs from C(<sysfs_root>/bus/pci/devices) and the PCI path of every device, to
+    tell the compute fabric (HCAs sharing a PCIe switch with a GPU) from storage and in-band ports.
+  - Proposes values for C(NCCL_IB_DISABLE), C(NCCL_IB_HCA) (the compute fabric's ports of one link
+    layer, exact with C(=); unset where the topology cannot tell), C(NCCL_IB_GID_INDEX) (only for
+    NCCL before 2.21) and C(NCCL_SOCKET_IFNAME) (the one interface holding O(cluster_address)),
+    with the reason for each in C(nccl_network.reasons). Problems that make a proposal doubtful are
+    listed in C(nccl_network.warnings), faults of the node's own hardware (a compute rail down) in
+    C(nccl_network.faults); both are raised as module warnings.
   - The module only reads; it never reports a change.
 options:
   sysfs_root:
@@ -39,12 +44,38 @@ options:
       - When omitted, addresses are unknown, every other eligible interface is proposed and a
         warning says so.
     type: dict
+  cluster_address:
+    description:
+      - The node's IPv4 address on the cluster network, or a host name the node resolves to it
+        (what the other nodes reach it by, as C(ansible_host)). The interface holding it is proposed
+        as C(NCCL_SOCKET_IFNAME).
+    type: str
+    default: ""
+  cluster_cidr:
+    description:
+      - The cluster network, as C(10.77.0.0/24). When no interface holds O(cluster_address), the one
+        interface with an address in it is proposed. Link-local addresses (169.254/16) never count.
+    type: str
+    default: ""
+  nccl_version:
+    description:
+      - NCCL version of the training env. From 2.21 on NCCL detects each port's GID (its
+        C(NCCL_IB_GID_INDEX) default is -1), so none is proposed.
+      - Empty reads it from O(env_prefix); unknown proposes the index as older NCCL needs it.
+    type: str
+    default: ""
+  env_prefix:
+    description:
+      - The training env (conda env or venv) whose C(conda-meta/nccl-*.json) or
+        C(nvidia_nccl_cu*-*.dist-info) gives the NCCL version when O(nccl_version) is empty.
+    type: path
+    default: ""
 author:
   - ansible-slurm-train maintainers
 notes:
   - Supports check mode; the module only reads sysfs.
   - C(NCCL_IB_HCA) and C(NCCL_SOCKET_IFNAME) are prefix matches in NCCL (C(mlx5_1) also matches
-    C(mlx5_10)); prepend C(=) to the value when exact matching is required.
+    C(mlx5_10)); the proposals carry C(=) for exact matching.
 """
 
 EXAMPLES = r"""
@@ -68,6 +99,12 @@ EXAMPLES = r"""
       ens1f0: ['10.10.0.11']
       ens1f1: ['10.10.1.11']
 
+- name: Propose settings for the cluster network the nodes reach each other on
+  nccl_network_facts:
+    ipv4_addresses: "{{ nccl_ipv4_addresses | default({}) }}"
+    cluster_address: "{{ ansible_host }}"
+    env_prefix: /nas/anaconda3/envs/train
+
 - name: Show the proposal
   ansible.builtin.debug:
     var: ansible_facts.nccl_network.proposed
@@ -78,7 +115,8 @@ ansible_facts:
   description: Facts about the RDMA devices and interfaces of the host.
   returned: always
   type: dict
-  sample: {"nccl_network": {"hcas": [], "interfaces": [], "proposed": {"NCCL_IB_DISABLE": "1"}, "warnings": []}}
+  sample: {"nccl_network": {"hcas": [], "gpus": [], "interfaces": [], "proposed": {"NCCL_IB_DISABLE": "1"},
+           "reasons": {}, "faults": [], "nccl_version": null, "warnings": []}}
   contains:
     nccl_network:
       description: What was detected and the NCCL settings proposed from it.
@@ -114,6 +152,17 @@ ansible_facts:
               returned: always
               type: str
               sample: MT_0000000223
+            pci_path:
+              description: PCI functions from the root port down to the device; empty when unreadable.
+              returned: always
+              type: list
+              elements: str
+              sample: ["0000:15:01.0", "0000:16:00.0", "0000:17:00.0", "0000:18:00.0"]
+            numa_node:
+              description: NUMA node of the device, or null when sysfs does not have it.
+              returned: always
+              type: int
+              sample: 0
             ports:
               description: Ports of the device, sorted by port number.
               returned: always
@@ -175,6 +224,46 @@ ansible_facts:
                       returned: always
                       type: str
                       sample: ens1f0
+        gpus:
+          description: NVIDIA GPUs (PCI class 0x0302 or 0x0300, vendor 0x10de) under C(bus/pci/devices).
+          returned: always
+          type: list
+          elements: dict
+          sample: [{"pci_address": "0000:1b:00.0", "pci_path": ["0000:15:01.0", "0000:16:00.0",
+                    "0000:17:01.0", "0000:1b:00.0"], "numa_node": 0}]
+          contains:
+            pci_address:
+              description: PCI address.
+              returned: always
+              type: str
+              sample: "0000:1b:00.0"
+            pci_path:
+              description: PCI functions from the root port down to the GPU.
+              returned: always
+              type: list
+              elements: str
+              sample: ["0000:15:01.0", "0000:16:00.0", "0000:17:01.0", "0000:1b:00.0"]
+            numa_node:
+              description: NUMA node, or null when sysfs does not have it.
+              returned: always
+              type: int
+              sample: 0
+        nccl_version:
+          description: NCCL version from O(nccl_version) or O(env_prefix); null when unknown.
+          returned: always
+          type: str
+          sample: "2.21.5"
+        reasons:
+          description: Why each of C(NCCL_IB_HCA), C(NCCL_IB_GID_INDEX), C(NCCL_SOCKET_IFNAME) is set or left unset.
+          returned: always
+          type: dict
+          sample: {"NCCL_IB_HCA": "no NVIDIA GPU under bus/pci/devices, so the compute fabric cannot be told from storage and in-band ports; NCCL_IB_HCA left unset (NCCL chooses)"}
+        faults:
+          description: Faults of the node's own hardware, such as a compute rail whose port is not active.
+          returned: always
+          type: list
+          elements: str
+          sample: ["mlx5_5:1 is a compute rail (its HCA shares a PCIe switch with a GPU) but its port is DOWN, not ACTIVE"]
         interfaces:
           description: Network interfaces found under C(class/net), sorted by name.
           returned: always
@@ -225,8 +314,7 @@ ansible_facts:
           description: Proposed NCCL environment variables; keys without a sound value are left out.
           returned: always
           type: dict
-          sample: {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1", "NCCL_IB_GID_INDEX": "3",
-                   "NCCL_SOCKET_IFNAME": "ens1f0,ens1f1"}
+          sample: {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_3:1", "NCCL_SOCKET_IFNAME": "=eth0"}
           contains:
             NCCL_IB_DISABLE:
               description: C(0) when at least one IB/RoCE port is active, C(1) (sockets only) otherwise.
@@ -234,28 +322,28 @@ ansible_facts:
               type: str
               sample: "0"
             NCCL_IB_HCA:
-              description: Comma-separated C(hca:port) of the active ports.
-              returned: when at least one IB/RoCE port is active
+              description: C(=) and the comma-separated C(hca:port) of the compute fabric's active ports.
+              returned: when GPUs and the PCI topology show HCAs sharing a PCIe switch with them, one port active
               type: str
-              sample: mlx5_0:1,mlx5_1:1
+              sample: =mlx5_0:1,mlx5_3:1
             NCCL_IB_GID_INDEX:
               description:
                 - GID index of type O(prefer_gid_type) on the active RoCE ports, IPv4-mapped GIDs first.
                 - When the ports disagree, the index most of them share (lowest on a tie), with a warning.
-              returned: when an active port has an Ethernet link layer and a GID of type O(prefer_gid_type)
+              returned: for NCCL before 2.21 (or of unknown version) when the RoCE ports share one GID index of type O(prefer_gid_type)
               type: str
               sample: "3"
             NCCL_SOCKET_IFNAME:
-              description: Comma-separated interfaces that are up, not loopback, not excluded and have an IPv4 address.
-              returned: when at least one interface qualifies
+              description: C(=) and the one interface that is up, not excluded, and holds O(cluster_address) (or an address in O(cluster_cidr)).
+              returned: when one interface qualifies
               type: str
-              sample: ens1f0,ens1f1
+              sample: =eth0
         warnings:
           description: Reasons to doubt the proposal.
           returned: always
           type: list
           elements: str
-          sample: ["No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, not excluded, with an IPv4 address)."]
+          sample: ["NCCL_SOCKET_IFNAME left unset: no interface that is up holds the address 10.77.0.110."]
 """
 
 import fnmatch
