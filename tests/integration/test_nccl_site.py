@@ -36,9 +36,9 @@ def extra_interface(cluster):
         on_host(cluster, "node111", "ip", "link", "del", EXTRA, check=False)
 
 
-def provision_nodes(inventory):
+def provision_nodes(inventory, *extra):
     # Only the compute nodes' play: the NAS is provisioned already (the cluster fixture).
-    return subprocess.run(["ansible-playbook", "-i", str(inventory), "provision.yml", "--limit", "compute"],
+    return subprocess.run(["ansible-playbook", "-i", str(inventory), "provision.yml", "--limit", "compute", *extra],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
@@ -69,7 +69,16 @@ def test_a_node_with_a_host_override_its_group_lacks_is_named_and_left_out(clust
     (inventory / "host_vars").mkdir(exist_ok=True)
     (inventory / "host_vars" / "node111.yml").write_text(f"nccl_env_overrides:\n  NCCL_SOCKET_IFNAME: \"={EXTRA}\"\n")
     before = {node: nccl_conf(cluster, node) for node in ("node110", "node111")}
-    proc = provision_nodes(inventory)
+    try:
+        # Drained from the controller, where this cluster's Slurm commands run (SLURM_CONF).
+        proc = provision_nodes(inventory, "-e", "nccl_env_drain_outliers=true", "-e", "nccl_env_slurm_host=localhost")
+        shown = cluster.slurm("scontrol", "show", "node", "-o").stdout
+    finally:
+        cluster.slurm("scontrol", "update", "nodename=node111", "state=resume", check=False)
+    lines = {line.split()[0]: line for line in shown.splitlines() if line.startswith("NodeName=")}
+    assert "DRAIN" in lines["NodeName=node111"].split("State=")[1].split()[0], lines
+    assert "Reason=nccl_env: NCCL settings disagree with node group gpu_A6000" in lines["NodeName=node111"]
+    assert "DRAIN" not in lines["NodeName=node110"].split("State=")[1].split()[0], lines
     assert proc.returncode != 0
     counts = play_recap(proc.stdout)
     assert (counts["node110"]["failed"], counts["node111"]["failed"]) == (0, 1), proc.stdout[-4000:]
