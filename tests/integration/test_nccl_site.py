@@ -76,7 +76,7 @@ def test_a_node_with_a_host_override_its_group_lacks_is_named_and_left_out(clust
     finally:
         cluster.slurm("scontrol", "update", "nodename=node111", "state=resume", check=False)
     lines = {line.split()[0]: line for line in shown.splitlines() if line.startswith("NodeName=")}
-    assert "DRAIN" in lines["NodeName=node111"].split("State=")[1].split()[0], lines
+    assert "DRAIN" in lines["NodeName=node111"].split("State=")[1].split()[0], proc.stdout[-4000:]
     assert "Reason=nccl_env: NCCL settings disagree with node group gpu_A6000" in lines["NodeName=node111"]
     assert "DRAIN" not in lines["NodeName=node110"].split("State=")[1].split()[0], lines
     assert proc.returncode != 0

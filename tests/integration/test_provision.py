@@ -279,8 +279,10 @@ DGX_ADDRESSES = {"enp41s0f0np0": ["10.77.0.210"], "enp170s0f0np0": ["10.20.170.2
 
 def test_nccl_env_leaves_out_the_node_whose_own_rail_is_down_and_provisions_the_other(tmp_path):
     # Stand-in DGX H100 trees (tests/unit/fixtures/sysfs/README.md); dgx2's mlx5_5 port is DOWN.
+    # The env file is written as root here: the NAS owner account cannot run this checkout's Python.
+    owner = "          vars:\n            nccl_env_nas_owner: root\n            nccl_env_nas_group: root\n"
     inventory, play = nccl_inventory(tmp_path, [("dgx1", "dgx_h100", DGX_ADDRESSES),
-                                                ("dgx2", "dgx_h100_rail_down", DGX_ADDRESSES)])
+                                                ("dgx2", "dgx_h100_rail_down", DGX_ADDRESSES)], owner)
     proc = playbook(inventory, play)
     assert proc.returncode != 0
     assert ("group gpu_roce: NCCL_IB_HCA differs between its nodes (dgx1==mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,"
