@@ -5,6 +5,7 @@ host override its group does not share is named and left out while the others ar
 The extra interface is a veth pair made inside node111's network namespace; its sysfs entry
 (class/net/stor0, operstate up) is the kernel's own, as the nccl_network_facts module reads it."""
 
+import json
 import shutil
 import subprocess
 
@@ -71,7 +72,8 @@ def test_a_node_with_a_host_override_its_group_lacks_is_named_and_left_out(clust
     before = {node: nccl_conf(cluster, node) for node in ("node110", "node111")}
     try:
         # Drained from the controller, where this cluster's Slurm commands run (SLURM_CONF).
-        proc = provision_nodes(inventory, "-e", "nccl_env_drain_outliers=true", "-e", "nccl_env_slurm_host=localhost")
+        proc = provision_nodes(inventory, "-e", json.dumps({"nccl_env_drain_outliers": True,
+                                                            "nccl_env_slurm_host": "localhost"}))
         shown = cluster.slurm("scontrol", "show", "node", "-o").stdout
     finally:
         cluster.slurm("scontrol", "update", "nodename=node111", "state=resume", check=False)
