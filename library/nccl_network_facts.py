@@ -7,9 +7,14 @@ short_description: Detect InfiniBand/RoCE HCAs and network interfaces and propos
 description:
   - Reads RDMA devices from C(<sysfs_root>/class/infiniband) and network interfaces from
     C(<sysfs_root>/class/net) and returns them as the fact C(nccl_network).
-  - Proposes values for C(NCCL_IB_DISABLE), C(NCCL_IB_HCA), C(NCCL_IB_GID_INDEX) and
-    C(NCCL_SOCKET_IFNAME) from what it found. Problems that make a proposal doubtful are
-    listed in C(nccl_network.warnings) and raised as module warnings.
+  - Reads NVIDIA GPUs from C(<sysfs_root>/bus/pci/devices) and the PCI path of every device, to
+    tell the compute fabric (HCAs sharing a PCIe switch with a GPU) from storage and in-band ports.
+  - Proposes values for C(NCCL_IB_DISABLE), C(NCCL_IB_HCA) (the compute fabric's ports of one link
+    layer, exact with C(=); unset where the topology cannot tell), C(NCCL_IB_GID_INDEX) (only for
+    NCCL before 2.21) and C(NCCL_SOCKET_IFNAME) (the one interface holding O(cluster_address)),
+    with the reason for each in C(nccl_network.reasons). Problems that make a proposal doubtful are
+    listed in C(nccl_network.warnings), faults of the node's own hardware (a compute rail down) in
+    C(nccl_network.faults); both are raised as module warnings.
   - The module only reads; it never reports a change.
 options:
   sysfs_root:
@@ -39,12 +44,38 @@ options:
       - When omitted, addresses are unknown, every other eligible interface is proposed and a
         warning says so.
     type: dict
+  cluster_address:
+    description:
+      - The node's IPv4 address on the cluster network, or a host name the node resolves to it
+        (what the other nodes reach it by, as C(ansible_host)). The interface holding it is proposed
+        as C(NCCL_SOCKET_IFNAME).
+    type: str
+    default: ""
+  cluster_cidr:
+    description:
+      - The cluster network, as C(10.77.0.0/24). When no interface holds O(cluster_address), the one
+        interface with an address in it is proposed. Link-local addresses (169.254/16) never count.
+    type: str
+    default: ""
+  nccl_version:
+    description:
+      - NCCL version of the training env. From 2.21 on NCCL detects each port's GID (its
+        C(NCCL_IB_GID_INDEX) default is -1), so none is proposed.
+      - Empty reads it from O(env_prefix); unknown proposes the index as older NCCL needs it.
+    type: str
+    default: ""
+  env_prefix:
+    description:
+      - The training env (conda env or venv) whose C(conda-meta/nccl-*.json) or
+        C(nvidia_nccl_cu*-*.dist-info) gives the NCCL version when O(nccl_version) is empty.
+    type: path
+    default: ""
 author:
   - ansible-slurm-train maintainers
 notes:
   - Supports check mode; the module only reads sysfs.
   - C(NCCL_IB_HCA) and C(NCCL_SOCKET_IFNAME) are prefix matches in NCCL (C(mlx5_1) also matches
-    C(mlx5_10)); prepend C(=) to the value when exact matching is required.
+    C(mlx5_10)); the proposals carry C(=) for exact matching.
 """
 
 EXAMPLES = r"""
@@ -68,6 +99,12 @@ EXAMPLES = r"""
       ens1f0: ['10.10.0.11']
       ens1f1: ['10.10.1.11']
 
+- name: Propose settings for the cluster network the nodes reach each other on
+  nccl_network_facts:
+    ipv4_addresses: "{{ nccl_ipv4_addresses | default({}) }}"
+    cluster_address: "{{ ansible_host }}"
+    env_prefix: /nas/anaconda3/envs/train
+
 - name: Show the proposal
   ansible.builtin.debug:
     var: ansible_facts.nccl_network.proposed
@@ -78,7 +115,8 @@ ansible_facts:
   description: Facts about the RDMA devices and interfaces of the host.
   returned: always
   type: dict
-  sample: {"nccl_network": {"hcas": [], "interfaces": [], "proposed": {"NCCL_IB_DISABLE": "1"}, "warnings": []}}
+  sample: {"nccl_network": {"hcas": [], "gpus": [], "interfaces": [], "proposed": {"NCCL_IB_DISABLE": "1"},
+           "reasons": {}, "faults": [], "nccl_version": null, "warnings": []}}
   contains:
     nccl_network:
       description: What was detected and the NCCL settings proposed from it.
@@ -114,6 +152,17 @@ ansible_facts:
               returned: always
               type: str
               sample: MT_0000000223
+            pci_path:
+              description: PCI functions from the root port down to the device; empty when unreadable.
+              returned: always
+              type: list
+              elements: str
+              sample: ["0000:15:01.0", "0000:16:00.0", "0000:17:00.0", "0000:18:00.0"]
+            numa_node:
+              description: NUMA node of the device, or null when sysfs does not have it.
+              returned: always
+              type: int
+              sample: 0
             ports:
               description: Ports of the device, sorted by port number.
               returned: always
@@ -175,6 +224,46 @@ ansible_facts:
                       returned: always
                       type: str
                       sample: ens1f0
+        gpus:
+          description: NVIDIA GPUs (PCI class 0x0302 or 0x0300, vendor 0x10de) under C(bus/pci/devices).
+          returned: always
+          type: list
+          elements: dict
+          sample: [{"pci_address": "0000:1b:00.0", "pci_path": ["0000:15:01.0", "0000:16:00.0",
+                    "0000:17:01.0", "0000:1b:00.0"], "numa_node": 0}]
+          contains:
+            pci_address:
+              description: PCI address.
+              returned: always
+              type: str
+              sample: "0000:1b:00.0"
+            pci_path:
+              description: PCI functions from the root port down to the GPU.
+              returned: always
+              type: list
+              elements: str
+              sample: ["0000:15:01.0", "0000:16:00.0", "0000:17:01.0", "0000:1b:00.0"]
+            numa_node:
+              description: NUMA node, or null when sysfs does not have it.
+              returned: always
+              type: int
+              sample: 0
+        nccl_version:
+          description: NCCL version from O(nccl_version) or O(env_prefix); null when unknown.
+          returned: always
+          type: str
+          sample: "2.21.5"
+        reasons:
+          description: Why each of C(NCCL_IB_HCA), C(NCCL_IB_GID_INDEX), C(NCCL_SOCKET_IFNAME) is set or left unset.
+          returned: always
+          type: dict
+          sample: {"NCCL_IB_HCA": "no NVIDIA GPU under bus/pci/devices, so the compute fabric cannot be told from storage and in-band ports; NCCL_IB_HCA left unset (NCCL chooses)"}
+        faults:
+          description: Faults of the node's own hardware, such as a compute rail whose port is not active.
+          returned: always
+          type: list
+          elements: str
+          sample: ["mlx5_5:1 is a compute rail (its HCA shares a PCIe switch with a GPU) but its port is DOWN, not ACTIVE"]
         interfaces:
           description: Network interfaces found under C(class/net), sorted by name.
           returned: always
@@ -225,8 +314,7 @@ ansible_facts:
           description: Proposed NCCL environment variables; keys without a sound value are left out.
           returned: always
           type: dict
-          sample: {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1", "NCCL_IB_GID_INDEX": "3",
-                   "NCCL_SOCKET_IFNAME": "ens1f0,ens1f1"}
+          sample: {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_3:1", "NCCL_SOCKET_IFNAME": "=eth0"}
           contains:
             NCCL_IB_DISABLE:
               description: C(0) when at least one IB/RoCE port is active, C(1) (sockets only) otherwise.
@@ -234,32 +322,37 @@ ansible_facts:
               type: str
               sample: "0"
             NCCL_IB_HCA:
-              description: Comma-separated C(hca:port) of the active ports.
-              returned: when at least one IB/RoCE port is active
+              description: C(=) and the comma-separated C(hca:port) of the compute fabric's active ports.
+              returned: when GPUs and the PCI topology show HCAs sharing a PCIe switch with them, one port active
               type: str
-              sample: mlx5_0:1,mlx5_1:1
+              sample: =mlx5_0:1,mlx5_3:1
             NCCL_IB_GID_INDEX:
               description:
                 - GID index of type O(prefer_gid_type) on the active RoCE ports, IPv4-mapped GIDs first.
                 - When the ports disagree, the index most of them share (lowest on a tie), with a warning.
-              returned: when an active port has an Ethernet link layer and a GID of type O(prefer_gid_type)
+              returned: for NCCL before 2.21 (or of unknown version) when the RoCE ports share one GID index of type O(prefer_gid_type)
               type: str
               sample: "3"
             NCCL_SOCKET_IFNAME:
-              description: Comma-separated interfaces that are up, not loopback, not excluded and have an IPv4 address.
-              returned: when at least one interface qualifies
+              description: C(=) and the one interface that is up, not excluded, and holds O(cluster_address) (or an address in O(cluster_cidr)).
+              returned: when one interface qualifies
               type: str
-              sample: ens1f0,ens1f1
+              sample: =eth0
         warnings:
           description: Reasons to doubt the proposal.
           returned: always
           type: list
           elements: str
-          sample: ["No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, not excluded, with an IPv4 address)."]
+          sample: ["NCCL_SOCKET_IFNAME left unset: no interface that is up holds the address 10.77.0.110."]
 """
 
 import fnmatch
+import glob
+import ipaddress
+import json
 import os
+import re
+import socket
 from collections import Counter
 
 
@@ -267,6 +360,10 @@ DEFAULT_EXCLUDE_INTERFACES = ["lo", "docker*", "veth*", "virbr*", "br-*"]
 ARPHRD_LOOPBACK = 772
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 IPV4_MAPPED_GID_PREFIX = "0000:0000:0000:0000:0000:ffff:"
+NVIDIA_VENDOR = "0x10de"
+# PCI class codes: 0x0302 3D controller (data-center GPUs: H100, A100), 0x0300 VGA.
+GPU_CLASS_PREFIXES = ("0x0302", "0x0300")
+PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 def read_sysfs_value(path):
@@ -305,6 +402,10 @@ def sorted_entries(directory):
         return sorted(os.listdir(directory))
     except OSError:
         return []
+
+
+def natural_key(name):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def parse_port_state(raw_state):
@@ -354,7 +455,8 @@ def read_port(port_dir, port):
 def read_hcas(sysfs_root):
     hcas = []
     infiniband_dir = os.path.join(sysfs_root, "class", "infiniband")
-    for name in sorted_entries(infiniband_dir):
+    # Natural order (mlx5_9 before mlx5_10), as the vendor's port tables list them.
+    for name in sorted(sorted_entries(infiniband_dir), key=natural_key):
         hca_dir = os.path.join(infiniband_dir, name)
         ports_dir = os.path.join(hca_dir, "ports")
         hcas.append(
@@ -363,6 +465,8 @@ def read_hcas(sysfs_root):
                 "node_guid": read_sysfs_value(os.path.join(hca_dir, "node_guid")),
                 "fw_ver": read_sysfs_value(os.path.join(hca_dir, "fw_ver")),
                 "board_id": read_sysfs_value(os.path.join(hca_dir, "board_id")),
+                "pci_path": read_pci_path(sysfs_root, os.path.join(hca_dir, "device")),
+                "numa_node": read_sysfs_int(os.path.join(hca_dir, "device", "numa_node")),
                 "ports": [
                     read_port(os.path.join(ports_dir, str(port)), port)
                     for port in numeric_entries(ports_dir)
@@ -408,6 +512,19 @@ def active_ports(hcas):
     ]
 
 
+# Operational states of Documentation/ABI/testing/sysfs-class-net. "unknown" is what drivers
+# without carrier reporting (and loopback, tun, some IPoIB) show for a link that passes traffic;
+# "testing", "dormant", "lowerlayerdown", "notpresent" and "down" do not pass traffic.
+OPERSTATES_UP = ("up", "unknown")
+
+
+def interface_is_up(interface):
+    """Whether an interface (a dict as read_interfaces returns) can carry NCCL's sockets: its
+    operstate passes traffic and it is not loopback. The one rule; the nccl_env filter imports it."""
+    return (interface.get("operstate") in OPERSTATES_UP
+            and interface.get("type") != ARPHRD_LOOPBACK)
+
+
 def choose_gid_index(gids, prefer_gid_type):
     """Lowest index of the preferred type, IPv4-mapped GIDs first.
 
@@ -422,8 +539,8 @@ def choose_gid_index(gids, prefer_gid_type):
 def propose_gid_index(ports, prefer_gid_type):
     """One NCCL_IB_GID_INDEX for the RoCE ports among (hca, port) pairs, and warnings.
 
-    NCCL takes a single index for all HCAs, so when ports disagree the index most of them
-    share wins (lowest on a tie) and the disagreement is reported.
+    NCCL before 2.21 takes a single index for all HCAs, so when ports disagree the index most
+    of them share wins (lowest on a tie) and the disagreement is reported.
     """
     warnings = []
     index_by_port = {}
@@ -458,24 +575,214 @@ def is_excluded(name, exclude_patterns):
 
 
 def select_socket_interfaces(interfaces, exclude_patterns, addresses_known):
-    """Names for NCCL_SOCKET_IFNAME: up, not loopback, not excluded, with an IPv4 address.
+    """Interfaces that could carry NCCL's sockets: up, not excluded, with an IPv4 address that is
+    not link-local (169.254/16: BMC USB NICs, unreachable from other nodes).
 
     Without addresses_known every interface passes the address check, as it cannot be made.
     """
     return [
         iface["name"]
         for iface in interfaces
-        if iface["operstate"] == "up"
-        and iface["type"] != ARPHRD_LOOPBACK
+        if interface_is_up(iface)
         and not is_excluded(iface["name"], exclude_patterns)
-        and (iface["ipv4"] or not addresses_known)
+        and (routable_ipv4(iface["ipv4"]) or not addresses_known)
     ]
+
+
+def is_link_local(address):
+    try:
+        return ipaddress.ip_address(address).is_link_local
+    except ValueError:
+        return False
+
+
+def routable_ipv4(addresses):
+    """Addresses other nodes could reach: not 169.254/16 (BMC USB NICs, zeroconf)."""
+    return [address for address in addresses if not is_link_local(address)]
+
+
+def parse_nccl_version(text):
+    """'2.21.5' (also '2.21.5-1', '2.21.5.post1') -> (2, 21, 5); None when it is no version."""
+    match = re.match(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    if not match:
+        return None
+    return tuple(int(part or 0) for part in match.groups())
+
+
+def nccl_version_from_env(prefix):
+    """NCCL version installed in a conda env or venv: conda's nccl package record
+    (conda-meta/nccl-<version>-<build>.json), else pip's nvidia-nccl-cu* wheel that torch uses."""
+    if not prefix:
+        return None
+    for record in sorted(glob.glob(os.path.join(prefix, "conda-meta", "nccl-[0-9]*.json"))):
+        try:
+            with open(record, encoding="utf-8") as handle:
+                version = json.load(handle).get("version")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if parse_nccl_version(version):
+            return version
+    pattern = os.path.join(prefix, "lib", "python3*", "site-packages", "nvidia_nccl_cu*-*.dist-info")
+    for dist_info in sorted(glob.glob(pattern)):
+        version = os.path.basename(dist_info)[:-len(".dist-info")].split("-")[1]
+        if parse_nccl_version(version):
+            return version
+    return None
+
+
+def read_pci_path(sysfs_root, device_link):
+    """The PCI functions from the root complex down to a device: 'class/infiniband/mlx5_0/device'
+    resolved -> ['0000:15:01.0', '0000:16:00.0', '0000:17:02.0', '0000:19:00.0'] (root port,
+    switch ports..., the device). Empty when the link is missing or leads outside devices/pci*."""
+    if not os.path.exists(device_link):
+        return []
+    devices = os.path.realpath(os.path.join(sysfs_root, "devices"))
+    resolved = os.path.realpath(device_link)
+    if os.path.commonpath([resolved, devices]) != devices:
+        return []
+    parts = os.path.relpath(resolved, devices).split(os.sep)
+    if not parts or not parts[0].startswith("pci"):
+        return []
+    return [part for part in parts[1:] if PCI_ADDRESS_RE.match(part)]
+
+
+def read_gpus(sysfs_root):
+    """NVIDIA GPUs (PCI class 0x0302xx 3D controller or 0x0300xx VGA, vendor 0x10de) under
+    bus/pci/devices, with their PCI path and NUMA node."""
+    gpus = []
+    devices_dir = os.path.join(sysfs_root, "bus", "pci", "devices")
+    for address in sorted_entries(devices_dir):
+        device_dir = os.path.join(devices_dir, address)
+        pci_class = (read_sysfs_value(os.path.join(device_dir, "class")) or "").lower()
+        vendor = (read_sysfs_value(os.path.join(device_dir, "vendor")) or "").lower()
+        if vendor != NVIDIA_VENDOR or not pci_class.startswith(GPU_CLASS_PREFIXES):
+            continue
+        gpus.append({
+            "pci_address": address,
+            "pci_path": read_pci_path(sysfs_root, device_dir),
+            "numa_node": read_sysfs_int(os.path.join(device_dir, "numa_node")),
+        })
+    return gpus
+
+
+def shares_pcie_switch(hca_path, gpu_path):
+    """Whether two PCI paths meet below a PCIe switch rather than at the root port or the CPU:
+    their common part holds the root port and at least one switch port (NCCL's PIX/PXB)."""
+    common = 0
+    for hca_part, gpu_part in zip(hca_path, gpu_path):
+        if hca_part != gpu_part:
+            break
+        common += 1
+    return common >= 2 and common < min(len(hca_path), len(gpu_path))
+
+
+def compute_fabric(hcas, gpus):
+    """The HCA ports of the compute fabric: those on HCAs that share a PCIe switch with a GPU,
+    of the link layer most of them have. Returns (ports, reason): ports as (hca, port) pairs of
+    every such port (active or not), empty with a reason when the topology cannot tell."""
+    if not gpus:
+        return [], ("no NVIDIA GPU under bus/pci/devices, so the compute fabric cannot be told "
+                    "from storage and in-band ports; NCCL_IB_HCA left unset (NCCL chooses)")
+    local = [hca for hca in hcas
+             if any(shares_pcie_switch(hca["pci_path"], gpu["pci_path"]) for gpu in gpus)]
+    if not local:
+        return [], ("no HCA shares a PCIe switch with a GPU (or their PCI paths are unreadable); "
+                    "NCCL_IB_HCA left unset (NCCL chooses)")
+    ports = [(hca["name"], port) for hca in local for port in hca["ports"]]
+    layers = Counter(port["link_layer"] for _hca, port in ports if port["link_layer"])
+    if not layers:
+        return [], "the GPU-local HCAs' link layers are unreadable; NCCL_IB_HCA left unset (NCCL chooses)"
+    layer = min(layers, key=lambda name: (-layers[name], name))
+    return [(name, port) for name, port in ports if port["link_layer"] == layer], None
+
+
+def cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cidr):
+    """The one interface NCCL's sockets should use: the one holding the node's cluster address
+    (what the other nodes reach it by), else the one with an address in the cluster CIDR.
+    Returns (name or None, reason)."""
+    usable = [iface for iface in interfaces
+              if interface_is_up(iface) and not is_excluded(iface["name"], exclude_patterns)]
+    if cluster_address:
+        holding = [iface["name"] for iface in usable if cluster_address in iface["ipv4"]]
+        if holding:
+            return holding[0], f"it holds the node's cluster address {cluster_address}"
+    if cluster_cidr:
+        network = ipaddress.ip_network(cluster_cidr, strict=False)
+        inside = [iface["name"] for iface in usable
+                  if any(not is_link_local(a) and ipaddress.ip_address(a) in network for a in iface["ipv4"])]
+        if len(inside) == 1:
+            return inside[0], f"its address is in the cluster network {cluster_cidr}"
+        if inside:
+            return None, (f"{', '.join(inside)} all have addresses in the cluster network {cluster_cidr}; "
+                          "NCCL_SOCKET_IFNAME left unset: name one in nccl_env_overrides")
+    wanted = " or ".join(filter(None, [cluster_address and f"the address {cluster_address}",
+                                       cluster_cidr and f"an address in {cluster_cidr}"]))
+    return None, (f"no interface that is up holds {wanted}" if wanted else
+                  "neither cluster_address nor cluster_cidr given")
+
+
+def propose_site_settings(
+    hcas, gpus, interfaces, exclude_patterns, prefer_gid_type,
+    cluster_address=None, cluster_cidr=None, nccl_version=None,
+):
+    """What an admin of a DGX/HGX cluster would set, with the reason for each key.
+
+    NCCL_IB_HCA: only the compute fabric, exact ('=') and with ports; unset where the topology
+    cannot tell. NCCL_SOCKET_IFNAME: the one cluster interface. NCCL_IB_GID_INDEX: only for NCCL
+    before 2.21 (later ones detect it per port). Returns (proposed, warnings, reasons, faults):
+    reasons {key: why it is set or unset}, faults what is wrong with this node's own hardware.
+    """
+    warnings, reasons, faults = [], {}, []
+    proposed = {"NCCL_IB_DISABLE": "0" if active_ports(hcas) else "1"}
+    fabric, why_not = compute_fabric(hcas, gpus)
+    rdma_ports = [(name, port) for name, port in fabric if port["active"]]
+    if why_not:
+        reasons["NCCL_IB_HCA"] = why_not
+        rdma_ports = active_ports(hcas)
+    elif rdma_ports:
+        # "=": exact names; without it mlx5_1 would also match mlx5_10 and mlx5_11.
+        proposed["NCCL_IB_HCA"] = "=" + ",".join(f"{name}:{port['port']}" for name, port in rdma_ports)
+        reasons["NCCL_IB_HCA"] = (f"the {fabric[0][1]['link_layer']} ports of the HCAs that share a "
+                                  "PCIe switch with a GPU (the compute fabric)")
+    else:
+        reasons["NCCL_IB_HCA"] = "no port of the GPU-local HCAs is active"
+    for name, port in fabric:
+        if not port["active"]:
+            faults.append(f"{name}:{port['port']} is a compute rail (its HCA shares a PCIe switch with "
+                          f"a GPU) but its port is {port['state'] or 'unreadable'}, not ACTIVE")
+    version = parse_nccl_version(nccl_version)
+    if version and version >= (2, 21):
+        reasons["NCCL_IB_GID_INDEX"] = (f"NCCL {nccl_version} finds each port's RoCE v2 GID itself "
+                                        "(its default -1 since 2.21); a forced index is left out")
+    elif any(port["link_layer"] == "Ethernet" for _name, port in rdma_ports):
+        gid_index, gid_warnings = propose_gid_index(rdma_ports, prefer_gid_type)
+        warnings.extend(gid_warnings)
+        if gid_index is not None and not gid_warnings:
+            proposed["NCCL_IB_GID_INDEX"] = str(gid_index)
+            reasons["NCCL_IB_GID_INDEX"] = (
+                f"the {prefer_gid_type} GID index every compute RoCE port has, for "
+                + (f"NCCL {nccl_version}, which takes one index for all ports" if version
+                   else "an NCCL of unknown version (give nccl_version: 2.21 and later choose per port)"))
+        else:
+            reasons["NCCL_IB_GID_INDEX"] = ("the compute RoCE ports have no one GID index of type "
+                                            f"{prefer_gid_type} and this NCCL takes one for all; left unset")
+    name, why = cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cidr)
+    reasons["NCCL_SOCKET_IFNAME"] = why
+    if name:
+        # "=": exact; eth0 would also match eth01. One interface: NCCL's bootstrap takes the
+        # first match in getifaddrs order, and its socket transport spreads over every match.
+        proposed["NCCL_SOCKET_IFNAME"] = "=" + name
+    else:
+        warnings.append(f"NCCL_SOCKET_IFNAME left unset: {why}.")
+    return proposed, warnings, reasons, faults
 
 
 def propose_nccl_settings(
     hcas, interfaces, exclude_patterns, prefer_gid_type, addresses_known
 ):
-    """The NCCL environment proposal and the warnings that go with it."""
+    """Settings from the devices alone (no GPUs, no cluster address): every active port and
+    every usable interface, and the warnings that go with them. The preflight's node check
+    (roles/slurm_launch/files/preflight/node_check.py) reports these."""
     warnings = []
     proposed = {}
     ports = active_ports(hcas)
@@ -506,6 +813,23 @@ def propose_nccl_settings(
     return proposed, warnings
 
 
+def resolve_cluster_address(value):
+    """The node's IPv4 cluster address from an address or a host name (ansible_host may be
+    either); None for an empty value. Raises ValueError naming the value otherwise."""
+    if not value:
+        return None
+    try:
+        return str(ipaddress.IPv4Address(value))
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(value, None, socket.AF_INET)
+    except (OSError, UnicodeError) as error:
+        raise ValueError(f"cluster_address {value!r} is neither an IPv4 address nor a host name "
+                         f"this node resolves ({error}); give the node's address on the cluster network") from None
+    return found[0][4][0]
+
+
 def main():
     # Imported here: the preflight's node check (roles/slurm_launch/files/preflight/node_check.py)
     # imports this file's detection on nodes that have no Ansible.
@@ -525,42 +849,69 @@ def main():
                 "choices": ["RoCE v2", "IB/RoCE v1"],
             },
             "ipv4_addresses": {"type": "dict"},
+            "cluster_address": {"type": "str", "default": ""},
+            "cluster_cidr": {"type": "str", "default": ""},
+            "nccl_version": {"type": "str", "default": ""},
+            "env_prefix": {"type": "path", "default": ""},
         },
         supports_check_mode=True,
     )
-    sysfs_root = module.params["sysfs_root"]
+    params = module.params
+    sysfs_root = params["sysfs_root"]
     if not os.path.isdir(sysfs_root):
         module.fail_json(
             msg=f"sysfs_root {sysfs_root} does not exist or is not a directory"
         )
 
-    ipv4_addresses = module.params["ipv4_addresses"]
-    addresses_known = ipv4_addresses is not None
+    ipv4_addresses = params["ipv4_addresses"]
     for name, addresses in (ipv4_addresses or {}).items():
         # A bare string would otherwise be taken apart character by character.
         if not isinstance(addresses, list):
             module.fail_json(
                 msg=f"ipv4_addresses[{name}] must be a list of addresses, got {addresses!r}"
             )
+        for address in addresses:
+            try:
+                ipaddress.IPv4Address(address)
+            except ValueError:
+                module.fail_json(msg=f"ipv4_addresses[{name}] holds {address!r}, which is no IPv4 address")
+    if params["cluster_cidr"]:
+        try:
+            ipaddress.IPv4Network(params["cluster_cidr"], strict=False)
+        except ValueError:
+            module.fail_json(msg=f"cluster_cidr {params['cluster_cidr']!r} is no IPv4 network; "
+                                 "give one as 10.77.0.0/24")
+    if params["nccl_version"] and not parse_nccl_version(params["nccl_version"]):
+        module.fail_json(msg=f"nccl_version {params['nccl_version']!r} is no version; give one as 2.21.5")
+    try:
+        cluster_address = resolve_cluster_address(params["cluster_address"])
+    except ValueError as error:
+        module.fail_json(msg=str(error))
+    nccl_version = params["nccl_version"] or nccl_version_from_env(params["env_prefix"]) or None
 
     hcas = read_hcas(sysfs_root)
+    gpus = read_gpus(sysfs_root)
     interfaces = read_interfaces(sysfs_root, ipv4_addresses or {})
-    proposed, warnings = propose_nccl_settings(
-        hcas,
-        interfaces,
-        module.params["exclude_interfaces"],
-        module.params["prefer_gid_type"],
-        addresses_known,
+    proposed, warnings, reasons, faults = propose_site_settings(
+        hcas, gpus, interfaces, params["exclude_interfaces"], params["prefer_gid_type"],
+        cluster_address, params["cluster_cidr"], nccl_version,
     )
-    for warning in warnings:
+    if not nccl_version and "NCCL_IB_GID_INDEX" in proposed:
+        warnings.append("NCCL version unknown (no nccl_version, none found in env_prefix): "
+                        "NCCL_IB_GID_INDEX is forced as NCCL before 2.21 needs it.")
+    for warning in warnings + faults:
         module.warn(warning)
     module.exit_json(
         changed=False,
         ansible_facts={
             "nccl_network": {
                 "hcas": hcas,
+                "gpus": gpus,
                 "interfaces": interfaces,
+                "nccl_version": nccl_version,
                 "proposed": proposed,
+                "reasons": reasons,
+                "faults": faults,
                 "warnings": warnings,
             }
         },

@@ -31,7 +31,7 @@ def test_static_rendezvous_job_trains_four_ranks_and_collects_its_outputs(cluste
     # What provision.yml put on the NAS is what the job ran with.
     assert "python /starmap/nas/anaconda3/envs/magicdrivedit/bin/python" in log
     assert "CUDA_HOME=/starmap/nas/cuda/cuda-11.8" in log
-    assert "env: NCCL_SOCKET_IFNAME=eth0" in log and "env: NCCL_IB_DISABLE=1" in log
+    assert "env: NCCL_SOCKET_IFNAME==eth0" in log and "env: NCCL_IB_DISABLE=1" in log
     script = (folder / f"{name}.sbatch").read_text()
     for directive in ("--partition=gpu_A6000", "--nodes=2", "--nodelist=node[110-111]", "--gres=gpu:8",
                       "--ntasks-per-node=1", "--cpus-per-task=16", "--open-mode=append", f"--job-name={name}"):

@@ -50,7 +50,7 @@ def test_a_provisioned_cluster_passes_and_reports_the_all_reduce_bandwidth(clust
 
 @pytest.mark.parametrize("asked", ["preflight=true", "slurm_launch_preflight=true"])
 def test_a_wrong_interface_on_one_node_stops_the_launch_before_it_submits(cluster, node111_nccl_conf, tmp_path, asked):
-    wrong = node111_nccl_conf.replace("NCCL_SOCKET_IFNAME=eth0", "NCCL_SOCKET_IFNAME=eth9")
+    wrong = node111_nccl_conf.replace("NCCL_SOCKET_IFNAME==eth0", "NCCL_SOCKET_IFNAME==eth9")
     assert wrong != node111_nccl_conf
     cluster.ssh("node111", f"printf %s {shlex.quote(wrong)} > /etc/nccl.conf")
     name = unique_job_name("afterpreflight")

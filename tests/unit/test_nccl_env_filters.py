@@ -204,11 +204,27 @@ def test_an_exact_hca_name_must_be_the_whole_name():
     assert problems(node("i1", "ib_single", {"ib0": ["10.1.0.1"]}, overrides={"NCCL_IB_HCA": "mlx5"})) == []
 
 
-def test_a_tie_between_a_value_and_unset_names_the_node_without_it():
+def test_a_tie_between_a_value_and_unset_names_both_sides_not_the_healthy_one_alone():
     found = nccl_env.nccl_env_group_problems(["c1", "c2"], ["gpu", "gpu"],
                                              [{"NCCL_DEBUG": "INFO"}, {}], [{}, {}])
-    assert found == ["group gpu: NCCL_DEBUG differs between its nodes (c1=INFO, c2=(unset)); check c2 (a missing "
-                     "or down interface or HCA?), or set NCCL_DEBUG for the group in nccl_env_overrides"]
+    assert found == ["group gpu: NCCL_DEBUG differs between its nodes (c1=INFO, c2=(unset)); no node's own "
+                     "check tells which is right, so every side (c1, c2) is named: check them, or set "
+                     "NCCL_DEBUG for the group in nccl_env_overrides"]
+
+
+def test_a_tie_made_by_a_host_override_names_the_host_with_it():
+    found = nccl_env.nccl_env_group_outliers(["c1", "c2"], ["gpu", "gpu"], [{"NCCL_DEBUG": "INFO"}, {}],
+                                             [{}, {}], [{"NCCL_DEBUG": "INFO"}, {}])
+    assert list(found) == ["c1"]
+    assert found["c1"][0].endswith("c1 is the odd one: its nccl_env_overrides sets NCCL_DEBUG=INFO, which the "
+                                   "rest of its group does not share")
+
+
+def test_a_group_override_all_nodes_share_blames_no_one_for_it():
+    override = {"NCCL_DEBUG": "WARN"}
+    found = nccl_env.nccl_env_group_outliers(["c1", "c2"], ["gpu", "gpu"], [override, override],
+                                             [{}, {}], [override, override])
+    assert found == {}
 
 
 def test_a_line_without_a_value_is_no_setting():

@@ -134,6 +134,8 @@ def test_read_hcas_ib_single():
             "node_guid": "0c42:a103:008b:6f5c",
             "fw_ver": "20.39.1002",
             "board_id": "MT_0000000223",
+            "pci_path": [],
+            "numa_node": None,
             "ports": [
                 {
                     "port": 1,
@@ -404,68 +406,42 @@ def test_propose_nccl_settings_without_a_qualifying_interface_omits_socket_ifnam
 # --- the module end to end ----------------------------------------------------------
 
 
-def test_module_two_hcas(capsys):
-    result = run_module(
-        capsys, sysfs_root=sysfs("two_hcas"), ipv4_addresses=IPV4_ADDRESSES["two_hcas"]
-    )
+def test_module_two_hcas_without_gpus_leaves_the_hca_list_to_nccl(capsys):
+    # No GPU under bus/pci/devices: the compute fabric cannot be told from storage ports.
+    result = run_module(capsys, sysfs_root=sysfs("two_hcas"), ipv4_addresses=IPV4_ADDRESSES["two_hcas"],
+                        cluster_address="10.10.1.11")
     facts = result["ansible_facts"]["nccl_network"]
     assert result["changed"] is False
-    assert "warnings" not in result
-    assert facts["proposed"] == {
-        "NCCL_IB_DISABLE": "0",
-        "NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1",
-        "NCCL_IB_GID_INDEX": "3",
-        "NCCL_SOCKET_IFNAME": "ens1f0,ens1f1",
-    }
-    assert facts["warnings"] == []
+    assert facts["proposed"] == {"NCCL_IB_DISABLE": "0", "NCCL_IB_GID_INDEX": "3",
+                                 "NCCL_SOCKET_IFNAME": "=ens1f1"}
+    assert facts["reasons"]["NCCL_IB_HCA"].startswith("no NVIDIA GPU under bus/pci/devices")
+    assert facts["gpus"] == [] and facts["faults"] == []
     assert [hca["name"] for hca in facts["hcas"]] == ["mlx5_0", "mlx5_1"]
-    assert [iface["name"] for iface in facts["interfaces"]] == [
-        "ens1f0",
-        "ens1f1",
-        "lo",
-    ]
+    assert [iface["name"] for iface in facts["interfaces"]] == ["ens1f0", "ens1f1", "lo"]
 
 
 def test_module_no_hca_in_check_mode(capsys):
-    result = run_module(
-        capsys,
-        sysfs_root=sysfs("no_hca"),
-        ipv4_addresses=IPV4_ADDRESSES["no_hca"],
-        _ansible_check_mode=True,
-    )
+    result = run_module(capsys, sysfs_root=sysfs("no_hca"), ipv4_addresses=IPV4_ADDRESSES["no_hca"],
+                        cluster_address="10.0.0.5", _ansible_check_mode=True)
     assert result["changed"] is False
     assert result["ansible_facts"]["nccl_network"]["hcas"] == []
     assert result["ansible_facts"]["nccl_network"]["proposed"] == {
-        "NCCL_IB_DISABLE": "1",
-        "NCCL_SOCKET_IFNAME": "eth0",
-    }
+        "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0"}
 
 
-def test_module_without_ipv4_addresses_warns(capsys):
-    result = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"))
+def test_module_without_a_cluster_address_leaves_the_socket_interface_unset_and_says_so(capsys):
+    result = run_module(capsys, sysfs_root=sysfs("no_hca"), ipv4_addresses=IPV4_ADDRESSES["no_hca"])
     facts = result["ansible_facts"]["nccl_network"]
-    expected_warning = (
-        "ipv4_addresses not given; NCCL_SOCKET_IFNAME lists up interfaces without knowing "
-        "whether they have an IPv4 address."
-    )
-    assert facts["proposed"]["NCCL_SOCKET_IFNAME"] == "ens1f0"
-    assert facts["warnings"] == [expected_warning]
+    assert "NCCL_SOCKET_IFNAME" not in facts["proposed"]
+    assert facts["warnings"] == ["NCCL_SOCKET_IFNAME left unset: neither cluster_address nor cluster_cidr given."]
     # ansible-core 2.19 returns module warnings as structured summaries.
-    assert [warning["event"]["msg"] for warning in result["warnings"]] == [
-        expected_warning
-    ]
+    assert facts["warnings"][0] in [warning["event"]["msg"] for warning in result["warnings"]]
 
 
 def test_module_prefer_gid_type_roce_v1(capsys):
-    result = run_module(
-        capsys,
-        sysfs_root=sysfs("roce_v1_v2"),
-        prefer_gid_type="IB/RoCE v1",
-        ipv4_addresses=IPV4_ADDRESSES["roce_v1_v2"],
-    )
-    assert (
-        result["ansible_facts"]["nccl_network"]["proposed"]["NCCL_IB_GID_INDEX"] == "2"
-    )
+    result = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), prefer_gid_type="IB/RoCE v1",
+                        ipv4_addresses=IPV4_ADDRESSES["roce_v1_v2"], nccl_version="2.18.3")
+    assert result["ansible_facts"]["nccl_network"]["proposed"]["NCCL_IB_GID_INDEX"] == "2"
 
 
 def test_module_fails_on_missing_sysfs_root(capsys, tmp_path):
@@ -476,20 +452,40 @@ def test_module_fails_on_missing_sysfs_root(capsys, tmp_path):
 
 
 def test_module_rejects_an_address_string_instead_of_a_list(capsys):
-    result = run_module(
-        capsys, sysfs_root=sysfs("no_hca"), ipv4_addresses={"eth0": "10.0.0.5"}
-    )
+    result = run_module(capsys, sysfs_root=sysfs("no_hca"), ipv4_addresses={"eth0": "10.0.0.5"})
     assert result["failed"] is True
-    assert (
-        result["msg"]
-        == "ipv4_addresses[eth0] must be a list of addresses, got '10.0.0.5'"
-    )
+    assert result["msg"] == "ipv4_addresses[eth0] must be a list of addresses, got '10.0.0.5'"
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"cluster_cidr": "10.77.0.0/33"}, "cluster_cidr '10.77.0.0/33' is no IPv4 network; give one as 10.77.0.0/24"),
+    ({"nccl_version": "latest"}, "nccl_version 'latest' is no version; give one as 2.21.5"),
+    ({"ipv4_addresses": {"eth0": ["10.0.0.300"]}}, "ipv4_addresses[eth0] holds '10.0.0.300', which is no IPv4 address"),
+    ({"cluster_address": "no-such-host.invalid"}, "cluster_address 'no-such-host.invalid' is neither an IPv4 address"),
+])
+def test_module_refuses_bad_input_naming_it(capsys, args, message):
+    result = run_module(capsys, sysfs_root=sysfs("no_hca"), **args)
+    assert result["failed"] is True
+    assert result["msg"].startswith(message)
 
 
 # --- every operstate the kernel documents ---------------------------------------------
 
-# Documentation/networking/operstates.rst (RFC 2863): only "up" carries traffic.
+# Documentation/ABI/testing/sysfs-class-net (operstate) and Documentation/networking/operstates.rst.
 OPERSTATES = ["unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up"]
+# "unknown": drivers without carrier reporting (tun, some IPoIB, loopback) pass traffic in it.
+UP_OPERSTATES = {"up", "unknown"}
+
+
+@pytest.mark.parametrize("operstate", OPERSTATES)
+@pytest.mark.parametrize("arphrd", [1, 32, 772])
+def test_interface_is_up_over_every_documented_operstate(operstate, arphrd):
+    expected = operstate in UP_OPERSTATES and arphrd != 772  # loopback never carries NCCL's sockets
+    assert nccl.interface_is_up({"operstate": operstate, "type": arphrd}) is expected
+
+
+def test_an_unreadable_operstate_is_not_up():
+    assert nccl.interface_is_up({"operstate": None, "type": 1}) is False
 
 
 def physical_interfaces(root, states):
@@ -508,36 +504,36 @@ def physical_interfaces(root, states):
 @pytest.mark.parametrize("operstate", OPERSTATES)
 def test_only_an_interface_that_is_up_is_proposed_for_sockets(capsys, tmp_path, operstate):
     root = physical_interfaces(tmp_path, {"ens1f0": operstate})
-    facts = run_module(capsys, sysfs_root=root, ipv4_addresses={"ens1f0": ["10.10.0.11"]})["ansible_facts"][
-        "nccl_network"]
+    facts = run_module(capsys, sysfs_root=root, ipv4_addresses={"ens1f0": ["10.10.0.11"]},
+                       cluster_address="10.10.0.11")["ansible_facts"]["nccl_network"]
     assert facts["interfaces"][0]["operstate"] == operstate
-    if operstate == "up":
-        assert (facts["proposed"].get("NCCL_SOCKET_IFNAME"), facts["warnings"]) == ("ens1f0", [])
+    if operstate in UP_OPERSTATES:
+        assert (facts["proposed"].get("NCCL_SOCKET_IFNAME"), facts["warnings"]) == ("=ens1f0", [])
     else:
         assert "NCCL_SOCKET_IFNAME" not in facts["proposed"]
-        assert facts["warnings"] == ["No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, "
-                                     "not excluded, with an IPv4 address)."]
+        assert facts["warnings"] == ["NCCL_SOCKET_IFNAME left unset: no interface that is up holds "
+                                     "the address 10.10.0.11."]
 
 
-def test_of_interfaces_in_every_operstate_only_the_up_one_is_proposed(capsys, tmp_path):
+def test_the_preflights_proposal_and_the_filter_use_the_same_up_rule(tmp_path):
     names = {f"ens{index}": state for index, state in enumerate(OPERSTATES, start=1)}
     root = physical_interfaces(tmp_path, names)
     addresses = {name: [f"10.10.{index}.11"] for index, name in enumerate(names)}
-    facts = run_module(capsys, sysfs_root=root, ipv4_addresses=addresses)["ansible_facts"]["nccl_network"]
-    assert facts["proposed"] == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "ens7"}
-    assert [(iface["name"], iface["operstate"], iface["virtual"]) for iface in facts["interfaces"]] == [
+    interfaces = nccl.read_interfaces(root, addresses)
+    proposed, _ = nccl.propose_nccl_settings([], interfaces, DEFAULT_EXCLUDE, "RoCE v2", True)
+    assert proposed["NCCL_SOCKET_IFNAME"] == "ens1,ens7"  # unknown and up
+    assert [(iface["name"], iface["operstate"], iface["virtual"]) for iface in interfaces] == [
         (name, state, False) for name, state in names.items()]
 
 
-def test_an_empty_address_map_means_no_interface_has_an_address(capsys):
+def test_an_empty_address_map_means_no_interface_has_an_address():
     # What the role passes when the gathered facts show no IPv4 address anywhere: known, and
     # none; not "unknown", which would propose every up interface.
-    result = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), ipv4_addresses={})
-    facts = result["ansible_facts"]["nccl_network"]
-    assert "NCCL_SOCKET_IFNAME" not in facts["proposed"]
-    assert facts["warnings"] == ["No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, "
-                                 "not excluded, with an IPv4 address)."]
-    assert all(iface["ipv4"] == [] for iface in facts["interfaces"])
+    interfaces = nccl.read_interfaces(sysfs("roce_v1_v2"), {})
+    proposed, warnings = nccl.propose_nccl_settings([], interfaces, DEFAULT_EXCLUDE, "RoCE v2", True)
+    assert "NCCL_SOCKET_IFNAME" not in proposed
+    assert warnings == ["No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, "
+                        "not excluded, with an IPv4 address)."]
 
 
 # --- GID tables with holes, ports of mixed kinds ------------------------------------
@@ -587,7 +583,8 @@ def test_an_infiniband_port_before_a_roce_port_does_not_hide_it():
 def test_an_hca_without_ports_and_attributes_that_are_missing_or_garbage(tmp_path):
     (tmp_path / "class" / "infiniband" / "mlx5_0").mkdir(parents=True)
     assert nccl.read_hcas(str(tmp_path)) == [
-        {"name": "mlx5_0", "node_guid": None, "fw_ver": None, "board_id": None, "ports": []}]
+        {"name": "mlx5_0", "node_guid": None, "fw_ver": None, "board_id": None,
+         "pci_path": [], "numa_node": None, "ports": []}]
     (tmp_path / "mtu").write_text("lots\n")
     assert nccl.read_sysfs_int(str(tmp_path / "mtu")) is None
     assert nccl.read_sysfs_int(str(tmp_path / "type")) is None

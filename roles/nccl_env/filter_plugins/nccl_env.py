@@ -1,8 +1,26 @@
 """Pure logic of the nccl_env role: merging detected and inventory NCCL settings, and the
 checks that refuse a setting NCCL would misread or a node group whose nodes disagree."""
 
+import importlib.util
 import re
 import shlex
+from pathlib import Path
+
+
+def _load_network_facts():
+    """library/nccl_network_facts.py: the one rule of what "an interface is up" means. Beside this
+    file where the preflight stages both on a node, else in the repository's library/."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "nccl_network_facts.py", here.parents[2] / "library" / "nccl_network_facts.py"):
+        if candidate.is_file():
+            spec = importlib.util.spec_from_file_location("_nccl_env_network_facts", candidate)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    raise ImportError(f"nccl_network_facts.py is neither beside {here} nor in the repository's library/")
+
+
+interface_is_up = _load_network_facts().interface_is_up
 
 KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -119,9 +137,7 @@ def _hardware_problems(node):
                                 f"{', '.join(present) or 'none'})")
     if "NCCL_SOCKET_IFNAME" in settings:
         exclude, exact, entries = _list_entries(settings["NCCL_SOCKET_IFNAME"])
-        # "unknown" is how some drivers (and loopback) report a working link; loopback never counts.
-        up = [i["name"] for i in network.get("interfaces", [])
-              if i.get("operstate") in ("up", "unknown") and i.get("type") != 772]
+        up = [i["name"] for i in network.get("interfaces", []) if interface_is_up(i)]
         for entry in [] if exclude else entries:
             if not _matches(entry, up, exact):
                 problems.append(f"{name}: NCCL_SOCKET_IFNAME names {entry}, which {name} does not have "
@@ -129,29 +145,77 @@ def _hardware_problems(node):
     return problems
 
 
-def nccl_env_group_problems(names, node_groups, settings, networks):
-    """Every reason the nodes' settings cannot be written: a node naming hardware it lacks, or
-    nodes of one group disagreeing (the group's env file holds one value per setting)."""
+def _suspects(members, key, overrides):
+    """{node: why} for the nodes whose own findings make them the likely odd one out on key:
+    their detection reports a fault of their own hardware, or their value comes from an
+    nccl_env_overrides entry the rest of the group does not share (a host override)."""
+    found = {}
+    for node in members:
+        faults = (node.get("network") or {}).get("faults") or []
+        if faults:
+            found[node["name"]] = f"its own detection reports: {'; '.join(faults)}"
+    given = {node["name"]: _text(overrides[node["name"]][key]) for node in members
+             if key in (overrides.get(node["name"]) or {})}
+    if given and (len(given) < len(members) or len(set(given.values())) > 1):
+        for name, value in given.items():
+            found.setdefault(name, f"its nccl_env_overrides sets {key}={value}, which the rest of its "
+                                   "group does not share")
+    return found
+
+
+def nccl_env_group_outliers(names, node_groups, settings, networks, overrides=None):
+    """{node: [problems]} for every node whose settings cannot be written: it names hardware it
+    lacks, or it disagrees with its group (whose env file holds one value per setting). Of nodes
+    that disagree, the odd one is the one whose own check says so (a fault, a host override);
+    else the minority; on a tie every side is named, as nothing tells which is right."""
+    overrides = dict(zip(names, overrides)) if overrides is not None else {}
     nodes = [{"name": n, "group": g, "settings": s, "network": net}
              for n, g, s, net in zip(names, node_groups, settings, networks)]
-    problems = []
+    outliers = {}
+
+    def name(node, problem):
+        outliers.setdefault(node, [])
+        if problem not in outliers[node]:
+            outliers[node].append(problem)
+
     for node in nodes:
-        problems.extend(nccl_env_setting_problems(node["settings"], node["name"]))
-        problems.extend(_hardware_problems(node))
+        for problem in nccl_env_setting_problems(node["settings"], node["name"]) + _hardware_problems(node):
+            name(node["name"], problem)
     by_group = {}
     for node in nodes:
         by_group.setdefault(node["group"], []).append(node)
     for group, members in sorted(by_group.items()):
-        keys = sorted({key for node in members for key in node["settings"]})
-        for key in keys:
+        for key in sorted({key for node in members for key in node["settings"]}):
             values = {node["name"]: node["settings"].get(key) for node in members}
-            if len(set(values.values())) > 1:
-                majority = max(set(values.values()), key=lambda v: (list(values.values()).count(v), v or ""))
-                odd = [n for n, v in values.items() if v != majority]
-                listing = ", ".join(f"{n}={v if v is not None else '(unset)'}" for n, v in values.items())
-                problems.append(f"group {group}: {key} differs between its nodes ({listing}); "
-                                f"check {', '.join(odd)} (a missing or down interface or HCA?), or set "
-                                f"{key} for the group in nccl_env_overrides")
+            if len(set(values.values())) < 2:
+                continue
+            listing = ", ".join(f"{n}={v if v is not None else '(unset)'}" for n, v in values.items())
+            where = f"group {group}: {key} differs between its nodes ({listing})"
+            suspects = _suspects(members, key, overrides)
+            rest = {values[n] for n in values if n not in suspects}
+            counts = {v: list(values.values()).count(v) for v in set(values.values())}
+            majority = [v for v, c in counts.items() if c * 2 > len(values)]
+            if suspects and len(rest) == 1:
+                right = rest.pop()
+                for odd in (n for n in suspects if values[n] != right):
+                    name(odd, f"{where}; {odd} is the odd one: {suspects[odd]}")
+            elif majority:
+                for odd in (n for n, v in values.items() if v != majority[0]):
+                    name(odd, f"{where}; check {odd} (a missing or down interface or HCA?), or set {key} "
+                              "for the group in nccl_env_overrides")
+            else:
+                sides = ", ".join(values)
+                for odd in values:
+                    name(odd, f"{where}; no node's own check tells which is right, so every side ({sides}) "
+                              f"is named: check them, or set {key} for the group in nccl_env_overrides")
+    return outliers
+
+
+def nccl_env_group_problems(names, node_groups, settings, networks, overrides=None):
+    """Every reason the nodes' settings cannot be written (nccl_env_group_outliers), as one list."""
+    problems = []
+    for found in nccl_env_group_outliers(names, node_groups, settings, networks, overrides).values():
+        problems.extend(problem for problem in found if problem not in problems)
     return problems
 
 
@@ -181,8 +245,7 @@ def nccl_env_socket_address(settings, network):
         return None
     for entry in entries:
         for iface in (network or {}).get("interfaces", []):
-            if (_matches(entry, [iface["name"]], exact) and iface.get("ipv4")
-                    and iface.get("operstate") in ("up", "unknown") and iface.get("type") != 772):
+            if _matches(entry, [iface["name"]], exact) and iface.get("ipv4") and interface_is_up(iface):
                 return iface["ipv4"][0]
     return None
 
@@ -214,6 +277,7 @@ class FilterModule:
             "nccl_env_setting_problems": nccl_env_setting_problems,
             "nccl_env_node_groups": nccl_env_node_groups,
             "nccl_env_group_problems": nccl_env_group_problems,
+            "nccl_env_group_outliers": nccl_env_group_outliers,
             "nccl_env_read": nccl_env_read,
             "nccl_env_socket_address": nccl_env_socket_address,
             "nccl_env_check_problems": nccl_env_check_problems,
