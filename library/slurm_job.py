@@ -258,7 +258,9 @@ job_id:
   type: int
   sample: 1234
 user:
-  description: The user the job belongs to, from slurmctld; null when only accounting knows the job.
+  description:
+    - The user the job belongs to, from slurmctld; null when only accounting knows the job.
+    - With O(state=list), the user whose jobs RV(jobs) lists (the user the module ran as).
   returned: always
   type: str
   sample: alice
@@ -978,7 +980,7 @@ class SlurmJobRunner:
         rc, out, err = self.slurm.run(["squeue", "-h", "-u", str(os.geteuid()), "-o", MY_JOBS_FORMAT])
         if rc != 0:
             raise SlurmCommandError("squeue", rc, err)
-        self.result["jobs"] = parse_my_jobs(out)
+        self.result.update(jobs=parse_my_jobs(out), user=self.slurm.user)
 
     def absent(self):
         job_id = self.params["job_id"]

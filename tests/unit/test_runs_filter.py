@@ -79,3 +79,13 @@ def test_no_jobs_says_so_and_array_tasks_and_broken_records_are_left_out():
     assert lines[1].startswith("(no jobs:")
     with pytest.raises(AnsibleFilterError, match="two lists"):
         runs.jobs_table({}, [])
+
+
+def test_collected_jobs_are_the_users_with_their_folder(tmp_path):
+    import json
+    paths = [f"/ctl/outputs/train_ddp-{n}/job.json" for n in (1, 2, 3, 4)]
+    texts = [json.dumps({**finished(1), "user": "alice"}), json.dumps({**finished(2), "user": "bob"}),
+             "{not json", json.dumps({**finished(4), "user": None})]
+    jobs = runs.collected_jobs(paths, texts, "alice")
+    assert [(job["job_id"], job["outputs"]) for job in jobs] == [(1, "/ctl/outputs/train_ddp-1"), (4, "/ctl/outputs/train_ddp-4")]
+    assert len(runs.collected_jobs(paths, texts)) == 3

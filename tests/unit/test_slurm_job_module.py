@@ -6,6 +6,7 @@ exit_json/fail_json raise instead of exiting, carrying the result.
 
 import functools
 import os
+import pwd
 import random
 import re
 
@@ -945,6 +946,7 @@ def test_list_reports_the_users_pending_and_running_jobs(slurm_cli, clock):
     slurm_cli.answer(["squeue", "-h", "-u", str(os.geteuid()), "-o", slurm_job.MY_JOBS_FORMAT], out=MY_JOBS)
     outcome = run_module({"state": "list"})
     assert (outcome.failed, outcome.result["changed"]) == (False, False)
+    assert outcome.result["user"] == pwd.getpwuid(os.geteuid()).pw_name
     assert outcome.result["jobs"] == [
         {"job_id": 41, "name": "hold-me", "state": "PENDING", "reason": "JobHeldUser", "nodes": "",
          "elapsed": "0:00", "work_dir": "/nas/jobs/alice/hold-me/runs/1"},

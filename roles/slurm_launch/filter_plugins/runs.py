@@ -1,6 +1,8 @@
 """Runs of a job name (<jobs>/<user>/<name>/runs/<id>/) in words, and the table of a user's jobs
 (jobs.yml): Slurm's pending and running jobs with the finished ones of the outputs folder."""
 
+import json
+import os
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -51,6 +53,21 @@ def _squeue_elapsed(text):
     return ((days * 24 + hours) * 60 + minutes) * 60 + secs
 
 
+def collected_jobs(paths, texts, user=None):
+    """The job.json files of the outputs folder (their paths, and their texts as
+    query('ansible.builtin.file') reads them) as jobs with their folder as `outputs`; only the
+    user's (the folder may hold jobs collected for another user), unreadable ones left out."""
+    jobs = []
+    for path, text in zip(paths, texts):
+        try:
+            job = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(job, dict) and (user is None or job.get("user") in (user, None)):
+            jobs.append({**job, "outputs": os.path.dirname(path)})
+    return jobs
+
+
 def jobs_table(active, finished, show_all=False):
     """Rows of the user's jobs, newest first: `active` from parse_squeue plus elapsed/work_dir
     (jobs.yml's squeue), `finished` the job.json of each outputs/<name>-<id>/ (with its folder
@@ -88,4 +105,5 @@ def jobs_table(active, finished, show_all=False):
 
 class FilterModule:
     def filters(self):
-        return {"run_of_path": run_of_path, "run_line": run_line, "jobs_table": jobs_table}
+        return {"run_of_path": run_of_path, "run_line": run_line, "jobs_table": jobs_table,
+                "collected_jobs": collected_jobs}
