@@ -48,6 +48,8 @@ def test_jobs_lists_follows_a_log_refuses_bobs_cancel_and_cancels(cluster, tmp_p
     done_name, long_name, held_name = (unique_job_name(prefix) for prefix in ("done", "long", "held"))
     done = launch(tmp_path, *request(done_name, "node110", "--steps 2"))
     assert done.returncode == 0, done.stdout + done.stderr
+    # Quiet: no preflight play skipped without -e preflight=true, no warning a real site would not show.
+    assert "no hosts matched" not in done.stdout and "WARNING" not in done.stdout + done.stderr, done.stdout + done.stderr
     done_id = json.loads(next(Path(tmp_path).glob(f"{done_name}-*/job.json")).read_text())["job_id"]
     running = launch(tmp_path, *request(long_name, "node110", "--steps 400 --step-sleep 0.5 --log-every 1"), "wait=false")
     assert running.returncode == 0, running.stdout + running.stderr

@@ -42,6 +42,7 @@ def test_a_job_name_launched_again_after_it_completed_trains_again_as_a_fresh_ru
     for run in (1, 2):
         proc = launch(tmp_path, *request(name, "node110,node111", "--steps 6 --log-every 2"))
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "no hosts matched" not in proc.stdout, "no preflight play is skipped"
         folder, job = newest(tmp_path, name)
         assert (job["state"], job["run"], job["run_line"]) == ("COMPLETED", run, f"fresh run {run}")
         assert summary_line(folder, "run") == f"fresh run {run}"
