@@ -55,7 +55,7 @@ def test_jobs_lists_follows_a_log_refuses_bobs_cancel_and_cancels(cluster, tmp_p
     # "[W... socket.cpp] hostname of the client socket cannot be retrieved" to log.
     log = (next(Path(tmp_path).glob(f"{done_name}-*")) / f"{done_name}-{done_id}.out").read_text()
     assert not [line for line in log.splitlines() if line.startswith("[W")], log
-    running = launch(tmp_path, *request(long_name, "node110", "--steps 400 --step-sleep 0.5 --log-every 1"), "wait=false")
+    running = launch(tmp_path, *request(long_name, "node110", "--steps 600 --step-sleep 0.5 --log-every 1"), "wait=false")
     assert running.returncode == 0, running.stdout + running.stderr
     running_id = submitted_job_id(running.stdout)
     # Held (sbatch --hold): pending until released, whatever the nodes do.
@@ -76,13 +76,15 @@ def test_jobs_lists_follows_a_log_refuses_bobs_cancel_and_cancels(cluster, tmp_p
         assert rows[done_id][-1] == str(next(Path(tmp_path).glob(f"{done_name}-*")))
 
         # The log, live: lines the training writes after the follow began, while the job runs.
+        log_path = cluster.nas / "jobs" / "alice" / long_name / "runs" / "1" / f"{long_name}-{running_id}.out"
+        before = max(map(int, re.findall(r"\[rank0\] step=(\d+) ", log_path.read_text())), default=0)
         follow = jobs_playbook(tmp_path, f"logs={running_id}", popen=True)
         lines = queue.Queue()
         reader = threading.Thread(target=lambda: [lines.put(line) for line in follow.stdout], daemon=True)
         reader.start()
         steps = []
         deadline = time.monotonic() + 120
-        while len(steps) < 2 and time.monotonic() < deadline:
+        while not (steps and steps[-1] > before + 4) and time.monotonic() < deadline:
             try:
                 line = lines.get(timeout=5)
             except queue.Empty:
@@ -90,7 +92,8 @@ def test_jobs_lists_follows_a_log_refuses_bobs_cancel_and_cancels(cluster, tmp_p
             match = re.match(rf"\s+{running_id} \| \[rank0\] step=(\d+) ", line)
             if match:
                 steps.append(int(match.group(1)))
-        assert len(steps) == 2 and steps[1] > steps[0], f"no live log lines of job {running_id}: {steps}"
+        assert steps and steps[-1] > before + 4, f"no live log lines of job {running_id} after step {before}: {steps}"
+        assert steps == sorted(steps), "the tail, then each new line once, in order"
         assert state_of(cluster, running_id) == "RUNNING", "the lines came while the job ran"
         follow.send_signal(signal.SIGINT)  # Ctrl-C: stops following, not the job
         follow.wait(timeout=60)
