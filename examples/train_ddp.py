@@ -41,6 +41,7 @@ exit 1). A signal that reaches only the workers ends the job with their code.
 torchrun also exits 1, not with the worker's code, when a worker fails.
 """
 import argparse
+import json
 import os
 import signal
 import socket
@@ -108,6 +109,10 @@ def save_checkpoint(path, model, optimizer, step, loss):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    # The step beside it, for whoever resumes without torch (the launch's summary says it).
+    with open(f"{path}.json.tmp", "w") as f:
+        json.dump({"step": step}, f)
+    os.replace(f"{path}.json.tmp", f"{os.path.splitext(path)[0]}.json")
     dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -21,6 +21,11 @@ description:
     hash already there is not copied again.
   - The C(job_dir) action plugin of the slurm_launch role computes the code's content hash on the
     controller and transfers the archive only when the module reports it missing.
+  - With O(resume), the job name is an experiment and each launch a run of it, in
+    C(<job_dir>/runs/<run id>/) (script, log, checkpoints, and the C(run.json) the job writes as it
+    ends and the launch rewrites with Slurm's final state). The module reads those records and
+    picks the run (RV(run_id)); a fresh run's id is allocated with an exclusive C(mkdir), so two
+    launches at once get two runs.
 options:
   jobs_root:
     description: The shared jobs directory (C(cluster_jobs_dir)); it must exist.
@@ -42,6 +47,17 @@ options:
       - A tar archive of regular files and directories to extract into C(code/<code_hash>) when it
         is missing. Removed afterwards.
     type: path
+  resume:
+    description:
+      - Which run the launch is. V(auto) resumes the newest run when it ended by its time limit,
+        its requeue limit, preemption or a node failure (C(run.json) state C(TIMEOUT),
+        C(REQUEUE_LIMIT), C(PREEMPTED), C(NODE_FAIL), or C(FAILED) with exit code 75), or has not
+        recorded an end (still pending or running, or ended without a word); otherwise (it
+        C(COMPLETED), failed or was cancelled) it starts a fresh run.
+      - V(never) always starts a fresh run; a run id (V(2)) resumes that run.
+      - Empty (the default) makes no run at all (the preflight's directory).
+    type: str
+    default: ""
   probe:
     description: Check and report only; make nothing (as in check mode).
     type: bool
@@ -101,6 +117,31 @@ code_copied:
   returned: always
   type: bool
   sample: true
+run_id:
+  description: The run this launch is (planned, with O(probe) or in check mode); null without O(resume).
+  returned: always
+  type: int
+  sample: 3
+run_dir:
+  description: The run's directory, C(<job_dir>/runs/<run_id>); empty without O(resume).
+  returned: always
+  type: str
+  sample: /starmap/nas/jobs/alice/train/runs/3
+resumed:
+  description: Whether the run is an existing one resumed (its checkpoints kept) rather than a fresh one.
+  returned: always
+  type: bool
+  sample: false
+resumed_step:
+  description: The step of the resumed run's checkpoint (C(checkpoints/checkpoint.json)), if it has one.
+  returned: always
+  type: int
+  sample: 30
+run_reason:
+  description: Why this run was chosen, in words.
+  returned: always
+  type: str
+  sample: run 2 ended COMPLETED
 made:
   description: The directories this run made (or would make, in check mode or with O(probe)).
   returned: always
@@ -110,6 +151,7 @@ made:
 """
 
 import errno
+import json
 import os
 import pwd
 import re
@@ -123,6 +165,11 @@ from ansible.module_utils.basic import AnsibleModule
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 HASH_RE = re.compile(r"^[0-9a-f]{8,64}$")
 MODE_RE = re.compile(r"^0?[0-7]{3}$")
+RUN_ID_RE = re.compile(r"^[1-9][0-9]{0,8}$")
+# How a run ended that leaves work to do: its checkpoint is resumed by the next launch.
+# REQUEUE_LIMIT (and FAILED with exit code 75) is templates/train.sbatch.j2's run over its restarts.
+RESUMABLE_STATES = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "REQUEUE_LIMIT")
+REQUEUE_LIMIT_EXIT_CODE = 75
 
 
 class Refused(Exception):
@@ -182,6 +229,110 @@ def extract(archive, destination, file_mode):
         os.fchmod(fd, file_mode)
 
 
+def read_json_at(dir_fd, name):
+    """A JSON object from the file `name` under dir_fd (not through a link), or None."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd) as handle:
+        try:
+            data = json.load(handle)
+        except ValueError:
+            return None
+    return data if isinstance(data, dict) else None
+
+
+def open_dir_at(dir_fd, name):
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
+def list_runs(runs_fd):
+    """{run id: {"record": run.json or None, "step": the checkpoint's step or None}}."""
+    runs = {}
+    for name in os.listdir(runs_fd):
+        fd = open_dir_at(runs_fd, name) if RUN_ID_RE.match(name) else None
+        if fd is None:
+            continue
+        try:
+            checkpoints = open_dir_at(fd, "checkpoints")
+            step = None
+            if checkpoints is not None:
+                step = (read_json_at(checkpoints, "checkpoint.json") or {}).get("step")
+                os.close(checkpoints)
+            runs[int(name)] = {"record": read_json_at(fd, "run.json"),
+                               "step": step if isinstance(step, int) and not isinstance(step, bool) else None}
+        finally:
+            os.close(fd)
+    return runs
+
+
+def end_state(record):
+    """The run's final state as its record says it: Slurm's word (CANCELLED by 0 -> CANCELLED)."""
+    words = str(record.get("state") or "").split()
+    state = words[0] if words else "UNKNOWN"
+    if state == "FAILED" and record.get("exit_code") == REQUEUE_LIMIT_EXIT_CODE:
+        return "REQUEUE_LIMIT"
+    return state
+
+
+def plan_run(runs, resume):
+    """(run id, resumed, why) for a launch, from the job's runs (list_runs) and the resume setting."""
+    if resume not in ("auto", "never") and not RUN_ID_RE.match(resume):
+        raise Refused(f"resume={resume!r} is not allowed: give auto (resume an unfinished run), never "
+                      "(always a fresh run) or a run id such as 2")
+    newest = max(runs, default=0)
+    if resume == "never":
+        return newest + 1, False, "resume=never"
+    if resume != "auto":
+        if int(resume) not in runs:
+            have = ", ".join(str(run) for run in sorted(runs)) or "none yet"
+            raise Refused(f"resume={resume}: this job has no run {resume} (its runs: {have})")
+        return int(resume), True, f"resume={resume}"
+    if not newest:
+        return 1, False, "the job's first run"
+    record = runs[newest]["record"]
+    if record is None:
+        return newest, True, f"run {newest} has recorded no end (still pending or running, or ended without a word)"
+    state = end_state(record)
+    if state in RESUMABLE_STATES:
+        return newest, True, f"run {newest} ended {state}"
+    return newest + 1, False, f"run {newest} ended {state}"
+
+
+def take_run(module, job_fd, job_dir, uid, mode, dry, result):
+    """Pick the launch's run (plan_run) and, unless dry, make its directory; fills result."""
+    runs_path = os.path.join(job_dir, "runs")
+    runs_fd = open_own_dir(job_fd, "runs", runs_path, uid) if job_fd is not None else None
+    if runs_fd is None and not dry:
+        os.mkdir("runs", mode, dir_fd=job_fd)
+        result.update(changed=True, made=result["made"] + [runs_path])
+        runs_fd = open_own_dir(job_fd, "runs", runs_path, uid)
+    try:
+        runs = list_runs(runs_fd) if runs_fd is not None else {}
+        run_id, resumed, why = plan_run(runs, module.params["resume"])
+        if not resumed and not dry:
+            while True:  # O_EXCL: a launch at the same moment takes the next id
+                try:
+                    os.mkdir(str(run_id), mode, dir_fd=runs_fd)
+                    break
+                except FileExistsError:
+                    run_id += 1
+            result["changed"] = True
+        if not resumed:
+            result["made"] = result["made"] + [os.path.join(runs_path, str(run_id))]
+        elif not dry:
+            os.close(open_own_dir(runs_fd, str(run_id), os.path.join(runs_path, str(run_id)), uid))
+    finally:
+        if runs_fd is not None:
+            os.close(runs_fd)
+    result.update(run_id=run_id, run_dir=os.path.join(runs_path, str(run_id)), resumed=resumed,
+                  resumed_step=runs[run_id]["step"] if resumed else None, run_reason=why)
+
+
 def run(module):
     params = module.params
     uid = os.geteuid()
@@ -208,7 +359,8 @@ def run(module):
     job_dir = os.path.join(root, user, params["job_name"])
     code_dir = os.path.join(job_dir, "code", code_hash) if code_hash else ""
     result = dict(changed=False, user=user, job_dir=job_dir, code_dir=code_dir, code_present=False,
-                  code_copied=False, made=[])
+                  code_copied=False, made=[], run_id=None, run_dir="", resumed=False, resumed_step=None,
+                  run_reason="")
     fds = [root_fd]
     try:
         path = root
@@ -219,6 +371,8 @@ def run(module):
                 result["made"].append(path)
                 result["changed"] = True
                 if dry:
+                    if params["resume"]:  # no runs yet: the first
+                        take_run(module, fds[2] if len(fds) > 2 else None, job_dir, uid, mode, dry, result)
                     return result  # nothing below a missing directory exists yet
                 os.mkdir(name, mode, dir_fd=fds[-1])
                 fd = open_own_dir(fds[-1], name, path, uid)
@@ -227,6 +381,8 @@ def run(module):
                 result["changed"] = True
                 if not dry:
                     os.fchmod(fd, mode)
+        if params["resume"]:
+            take_run(module, fds[2], job_dir, uid, mode, dry, result)
         if not code_hash:
             return result
         existing = open_own_dir(fds[-1], code_hash, code_dir, uid)
@@ -271,6 +427,7 @@ ARGUMENT_SPEC = dict(
     code_hash=dict(type="str"),
     code_archive=dict(type="path"),
     probe=dict(type="bool", default=False),
+    resume=dict(type="str", default=""),
     # Read by the action plugin on the controller.
     code_dir=dict(type="path"),
     script=dict(type="path"),

@@ -29,8 +29,9 @@ options:
         for a job that failed.
       - V(absent) cancels the job O(job_id) with C(scancel) and, with O(wait), waits until it is in
         a final state. A job that is already final or unknown to Slurm is left alone.
+      - V(list) reports the current user's pending and running jobs (C(squeue -u)) in RV(jobs).
     type: str
-    choices: [present, query, absent]
+    choices: [present, query, absent, list]
     default: present
   script:
     description:
@@ -136,6 +137,12 @@ options:
         which follows the job in slices; Slurm is not asked more often for it.
     type: int
     default: 30
+  progress_log_lines:
+    description:
+      - At most this many new lines of the job's log per slice of progress (and the first slice's
+        tail); older new lines of a slice are left out. Also bounded by O(log_tail_lines).
+    type: int
+    default: 5
   return_on_change:
     description:
       - While following, return as soon as the job's state or restart count changes (or at
@@ -237,6 +244,11 @@ EXAMPLES = r"""
     state: absent
     job_id: 1234
     timeout: 120
+
+- name: List my pending and running jobs
+  slurm_job:
+    state: list
+  register: mine
 """
 
 RETURN = r"""
@@ -246,7 +258,9 @@ job_id:
   type: int
   sample: 1234
 user:
-  description: The user the job belongs to, from slurmctld; null when only accounting knows the job.
+  description:
+    - The user the job belongs to, from slurmctld; null when only accounting knows the job.
+    - With O(state=list), the user whose jobs RV(jobs) lists (the user the module ran as).
   returned: always
   type: str
   sample: alice
@@ -382,6 +396,15 @@ controller_outage_seconds:
   returned: always
   type: float
   sample: 0
+jobs:
+  description:
+    - With O(state=list), the user's pending and running jobs, newest first as C(squeue) lists
+      them; null otherwise. C(nodes) is Slurm's hostlist, C(elapsed) squeue's C(%M) text.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{job_id: 1234, name: train, state: RUNNING, reason: null, nodes: "node[110-111]",
+            elapsed: "1:05", work_dir: /starmap/nas/jobs/alice/train/runs/3}]
 queries:
   description: How many Slurm commands the module ran, retries included.
   returned: always
@@ -437,6 +460,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.slurm import (
     INVALID_JOB_ID,
     SQUEUE_FORMAT,
+    MY_JOBS_FORMAT,
     JobNotFound,
     PollSchedule,
     SlurmParseError,
@@ -445,6 +469,7 @@ from ansible.module_utils.slurm import (
     is_transient_error,
     job_state,
     parse_sacct,
+    parse_my_jobs,
     parse_sbatch_parsable,
     parse_sbatch_test_only,
     parse_scontrol_job,
@@ -456,7 +481,7 @@ from ansible.module_utils.slurm import (
 )
 
 ARGUMENT_SPEC = {
-    "state": {"type": "str", "choices": ["present", "query", "absent"], "default": "present"},
+    "state": {"type": "str", "choices": ["present", "query", "absent", "list"], "default": "present"},
     "script": {"type": "path"},
     "job_name": {"type": "str"},
     "chdir": {"type": "path"},
@@ -474,6 +499,7 @@ ARGUMENT_SPEC = {
     "controller_timeout": {"type": "int", "default": 600},
     "return_on_change": {"type": "bool", "default": False},
     "progress_every": {"type": "int", "default": 30},
+    "progress_log_lines": {"type": "int", "default": 5},
     "progress_from": {"type": "dict"},
     "private_output": {"type": "bool", "default": False},
 }
@@ -506,8 +532,6 @@ JOB_KEYS = (
 LOG_READ_BLOCK = 64 * 1024
 # How often the end marker is looked for: a stat of a local or NAS file, no controller RPC.
 MARKER_CHECK_INTERVAL = 0.2
-# At most this many of the newest log lines per slice of following: news, not a flood.
-PROGRESS_LOG_LINES = 5
 # Longest pause between two tries to reach a controller that does not answer while following.
 CONTROLLER_RETRY_MAX_DELAY = 15.0
 # After the marker, Slurm is asked this many times at that pace before the regular schedule.
@@ -798,7 +822,7 @@ class SlurmJobRunner:
         self.result.update(
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
-            nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None,
+            nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None,
         )
 
     def finish(self, msg=None):
@@ -851,7 +875,7 @@ class SlurmJobRunner:
         info = self.record(job)
         if self.params["return_on_change"]:
             lines, offset = read_new_lines(job["stdout_path"], (progress or {}).get("log_offset"),
-                                           min(PROGRESS_LOG_LINES, self.params["log_tail_lines"]))
+                                           min(self.params["progress_log_lines"], self.params["log_tail_lines"]))
             self.result["progress"] = {
                 "state": job["state"], "restarts": job["restarts"], "next_poll": schedule.next_interval,
                 "marker": marker.seen, "log_offset": offset, "log_lines": lines,
@@ -952,6 +976,12 @@ class SlurmJobRunner:
     def query(self):
         self.record(self.find(self.params["job_id"]))
 
+    def list(self):
+        rc, out, err = self.slurm.run(["squeue", "-h", "-u", str(os.geteuid()), "-o", MY_JOBS_FORMAT])
+        if rc != 0:
+            raise SlurmCommandError("squeue", rc, err)
+        self.result.update(jobs=parse_my_jobs(out), user=self.slurm.user)
+
     def absent(self):
         job_id = self.params["job_id"]
         try:
@@ -991,6 +1021,8 @@ def validate(module):
         return f"timeout must be 0 (no limit) or a number of seconds, got {params['timeout']}"
     if params["controller_timeout"] < 0:
         return f"controller_timeout must be 0 or more seconds, got {params['controller_timeout']}"
+    if params["progress_log_lines"] < 0:
+        return f"progress_log_lines must not be negative, got {params['progress_log_lines']}"
     if params["log_tail_lines"] < 0:
         return f"log_tail_lines must not be negative, got {params['log_tail_lines']}"
     for name in CLUSTERS_VARIABLES:

@@ -659,6 +659,32 @@ def parse_squeue(stdout):
     return jobs
 
 
+# A user's jobs as jobs.yml lists them: squeue's elapsed time (%M) and working directory (%Z) too.
+MY_JOBS_FORMAT = "%i|%j|%T|%r|%N|%M|%Z"
+
+
+def parse_my_jobs(stdout):
+    """Jobs of ``squeue -h -o MY_JOBS_FORMAT``: job_id, name, state, reason, nodes (Slurm's
+    hostlist, as given), elapsed (as squeue prints it: ``1-02:03:04``, ``3:04``), work_dir."""
+    jobs = []
+    for line in _data_lines(stdout):
+        # The working directory is the last field, so a '|' inside it stays there.
+        values = line.split("|", 6)
+        if len(values) != 7:
+            raise SlurmParseError(f"squeue line has {len(values)} fields, expected 7: {line!r}")
+        job_id, name, state, reason, nodes, elapsed, work_dir = values
+        jobs.append({
+            "job_id": _job_id(job_id),
+            "name": name,
+            "state": normalize_state(state),
+            "reason": _scontrol_reason(_optional(reason)),
+            "nodes": _optional(nodes) or "",
+            "elapsed": elapsed.strip(),
+            "work_dir": _optional(work_dir),
+        })
+    return jobs
+
+
 SINFO_NODES_FORMAT = "%N|%P|%T|%c|%G"
 # sinfo(1) NODE STATE CODES: flags appended to a node's state.
 NODE_STATE_MARKERS = "*~#!%$@^-+"

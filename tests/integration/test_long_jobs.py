@@ -39,7 +39,7 @@ def job_record(cluster, name):
 
 
 def log_of(cluster, name, job_id):
-    path = cluster.nas / "jobs" / "alice" / name / f"{name}-{job_id}.out"
+    path = cluster.nas / "jobs" / "alice" / name / "runs" / "1" / f"{name}-{job_id}.out"  # a fresh name's first run
     return path.read_text() if path.exists() else ""
 
 
@@ -95,7 +95,7 @@ def test_without_restarts_the_job_ends_at_its_time_limit_with_its_checkpoint(clu
     log = (folder / f"{name}-{job['job_id']}.out").read_text()
     saved = int(re.search(r"\[rank0\] checkpoint saved step=(\d+) reason=SIGUSR1", log).group(1))
     assert "no restarts left (0)" in log and "training complete" not in log
-    checkpoint = torch.load(cluster.nas / "jobs" / "alice" / name / "checkpoints" / "checkpoint.pt")
+    checkpoint = torch.load(cluster.nas / "jobs" / "alice" / name / "runs" / "1" / "checkpoints" / "checkpoint.pt")
     assert checkpoint["step"] == saved > 0
     assert f"ended TIMEOUT" in out
 

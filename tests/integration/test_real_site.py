@@ -85,11 +85,11 @@ def test_two_users_launch_the_same_job_name_at_once_into_their_own_private_direc
         folder, jobs[user] = outputs_of(tmp_path / user, name)
         assert jobs[user]["user"] == user and jobs[user]["state"] == "COMPLETED"
         assert folder.stat().st_mode & 0o777 == 0o700, "the outputs carry a token: for the user alone"
-        checkpoint = cluster.nas / "jobs" / user / name / "checkpoints" / "checkpoint.pt"
+        checkpoint = cluster.nas / "jobs" / user / name / "runs" / "1" / "checkpoints" / "checkpoint.pt"
         assert checkpoint.exists(), f"{user}'s own checkpoint"
     assert jobs["alice"]["job_id"] != jobs["bob"]["job_id"]
-    alice_dir = f"/starmap/nas/jobs/alice/{name}"
-    assert "resumed from step" not in (cluster.nas / "jobs" / "bob" / name / f"{name}-{jobs['bob']['job_id']}.out").read_text()
+    alice_dir = f"/starmap/nas/jobs/alice/{name}/runs/1"
+    assert "resumed from step" not in (cluster.nas / "jobs" / "bob" / name / "runs" / "1" / f"{name}-{jobs['bob']['job_id']}.out").read_text()
     # From bob's side, as bob: nothing of alice's job can be read.
     for path in (f"{alice_dir}/{name}.sbatch", f"{alice_dir}/{name}-{jobs['alice']['job_id']}.out"):
         seen = as_user(cluster, "bob", f"cat {path}")

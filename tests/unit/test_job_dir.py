@@ -26,7 +26,7 @@ OTHER_UID = 4242  # a user who is not the one running the tests
 class FakeModule:
     def __init__(self, check_mode=False, **params):
         self.check_mode = check_mode
-        self.params = {"mode": "0700", "code_hash": None, "code_archive": None, "probe": False, **params}
+        self.params = {"mode": "0700", "code_hash": None, "code_archive": None, "probe": False, "resume": "", **params}
 
 
 def run(tmp_path, **params):
@@ -366,3 +366,71 @@ def test_a_directory_another_user_made_in_its_place_meanwhile_is_refused(monkeyp
     with pytest.raises(job_dir.Refused, match=rf"code/ab12cd34 belongs to uid {OTHER_UID}, not to {user()}"):
         run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
     assert [p.name for p in (jobs / user() / "train" / "code").iterdir()] == ["ab12cd34"], "no partial left"
+
+
+# Runs: a job name is an experiment, each launch a run in runs/<id>/. The records are written
+# as templates/train.sbatch.j2 writes them at the job's end (and collect.yml with Slurm's state).
+def ended(jobs, run_id, state, exit_code=0, step=None):
+    run_dir = jobs / user() / "train" / "runs" / str(run_id)
+    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (run_dir / "run.json").write_text(json.dumps({"job_id": 100 + run_id, "state": state, "exit_code": exit_code}))
+    if step is not None:
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        (run_dir / "checkpoints" / "checkpoint.json").write_text(json.dumps({"step": step}))
+    return run_dir
+
+
+def test_the_first_launch_is_a_fresh_run_1_made_with_its_directory(tmp_path, jobs):
+    planned = run(tmp_path, resume="auto", probe=True)
+    assert (planned["run_id"], planned["resumed"], list(jobs.iterdir())) == (1, False, [])
+    made = run(tmp_path, resume="auto")
+    assert made["run_dir"] == str(jobs / user() / "train" / "runs" / "1") and not made["resumed"]
+    assert (jobs / user() / "train" / "runs" / "1").is_dir()
+    # No end recorded yet (pending or running): the next launch is that run again, not run 2.
+    again = run(tmp_path, resume="auto")
+    assert (again["run_id"], again["resumed"]) == (1, True) and "recorded no end" in again["run_reason"]
+
+
+@pytest.mark.parametrize("state, exit_code", [("COMPLETED", 0), ("FAILED", 1), ("CANCELLED by 2001", 0),
+                                              ("OUT_OF_MEMORY", 0)])
+def test_a_finished_run_is_not_resumed_the_next_is_fresh(tmp_path, jobs, state, exit_code):
+    ended(jobs, 1, "COMPLETED")
+    ended(jobs, 2, state, exit_code, step=30)
+    result = run(tmp_path, resume="auto")
+    assert (result["run_id"], result["resumed"], result["resumed_step"]) == (3, False, None)
+    assert result["run_reason"] == f"run 2 ended {state.split()[0]}"
+    assert (jobs / user() / "train" / "runs" / "3").is_dir()
+
+
+@pytest.mark.parametrize("state, exit_code", [("TIMEOUT", 0), ("PREEMPTED", 0), ("NODE_FAIL", 1),
+                                              ("REQUEUE_LIMIT", 75), ("FAILED", 75)])
+def test_a_run_stopped_short_is_resumed_from_its_checkpoint_step(tmp_path, jobs, state, exit_code):
+    ended(jobs, 1, "COMPLETED")
+    ended(jobs, 2, state, exit_code, step=30)
+    result = run(tmp_path, resume="auto")
+    assert (result["run_id"], result["resumed"], result["resumed_step"]) == (2, True, 30)
+    assert not (jobs / user() / "train" / "runs" / "3").exists()
+
+
+def test_resume_never_and_a_run_id_choose_themselves(tmp_path, jobs):
+    ended(jobs, 1, "COMPLETED", step=50)
+    ended(jobs, 2, "TIMEOUT", step=10)
+    assert (run(tmp_path, resume="never")["run_id"], run(tmp_path, resume="1")["run_id"]) == (3, 1)
+    assert run(tmp_path, resume="1")["resumed_step"] == 50
+    with pytest.raises(job_dir.Refused, match=r"resume=7: this job has no run 7 \(its runs: 1, 2, 3\)"):
+        run(tmp_path, resume="7")
+    with pytest.raises(job_dir.Refused, match=r"resume='latest' is not allowed: give auto"):
+        run(tmp_path, resume="latest")
+
+
+def test_a_fresh_run_id_already_taken_by_a_concurrent_launch_goes_to_the_next(tmp_path, jobs, monkeypatch):
+    ended(jobs, 1, "COMPLETED")
+    real_mkdir = os.mkdir
+
+    def racing_mkdir(path, mode=0o777, *, dir_fd=None):
+        if path == "2" and not (jobs / user() / "train" / "runs" / "2").exists():
+            real_mkdir(jobs / user() / "train" / "runs" / "2")  # the other launch, first
+        return real_mkdir(path, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(job_dir.os, "mkdir", racing_mkdir)
+    assert run(tmp_path, resume="auto")["run_id"] == 3

@@ -116,7 +116,7 @@ def test_missing_code_is_sent_once_and_the_task_names_the_staged_script(tmp_path
     assert result["changed"] and result["code_copied"]
     first, second = launch.asked
     assert first == {"jobs_root": str(launch.jobs), "job_name": "train", "mode": "0750", "code_hash": digest}
-    assert second == {**first, "code_archive": launch.host.sent[0]}
+    assert second == {**first, "resume": "", "code_archive": launch.host.sent[0]}  # the copy plans no run
     assert list(launch.remote_tmp.iterdir()) == [], "no remote temporary directory is left behind"
 
     again = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"), mode="0750")

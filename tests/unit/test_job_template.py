@@ -120,6 +120,7 @@ def test_arguments_reach_the_training_exactly_and_rank_and_master_come_from_slur
     script = render(in_dir(tmp_path, script_args=args))
     proc, argv = run_with_standins(tmp_path, script)
     assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "run.json").read_text())["state"] == "COMPLETED"
     assert argv[0] == "-c"  # torchrun, run so that it keeps the failed worker's exit code
     assert argv[2:] == ["--node-rank=1", "--nnodes=2", "--nproc-per-node=8", "--master-addr=node110",
                         "--master-port=24242", "/starmap/nas/code/train.py", *args]
@@ -133,6 +134,8 @@ def test_the_jobs_exit_code_is_the_trainings(tmp_path, code):
     assert proc.returncode == code
     assert f"training step finished with exit code {code}" in proc.stdout
     assert (tmp_path / ".4242.ended").read_text() == f"{code}\n", "the end marker a launch watches for"
+    # The run's end record, which the next launch of the name reads (library/job_dir.py).
+    assert json.loads((tmp_path / "run.json").read_text()) == {"job_id": 4242, "state": "FAILED", "exit_code": code}
 
 
 def test_a_fixed_master_port_is_used_as_given(tmp_path):
@@ -181,6 +184,7 @@ def test_at_the_warning_the_training_checkpoints_and_the_job_is_requeued(tmp_pat
     assert "requeueing: restart 1 of at most 1 resumes from the checkpoint" in out
     assert batch.returncode == 0
     assert not (tmp_path / ".77.ended").exists(), "a requeued run has not ended the job"
+    assert not (tmp_path / "run.json").exists(), "nor its run"
 
 
 def test_without_restarts_left_the_job_ends_at_its_time_limit(tmp_path):
@@ -195,6 +199,8 @@ def test_without_restarts_left_the_job_ends_at_its_time_limit(tmp_path):
     assert "no restarts left (1)" in out and "waiting for the time limit" in out
     assert "scontrol requeue" not in record.read_text()
     assert batch.returncode == 143
+    # Recorded before the wait: Slurm's kill at the limit leaves the script no time after it.
+    assert json.loads((tmp_path / "run.json").read_text()) == {"job_id": 77, "state": "TIMEOUT", "exit_code": 0}
 
 
 def test_a_training_that_fails_after_the_warning_is_not_requeued(tmp_path):
@@ -210,6 +216,7 @@ def test_a_restart_over_the_limit_does_not_train(tmp_path):
     out, _ = batch.communicate(timeout=30)
     assert batch.returncode == 75
     assert "started" not in record.read_text()
+    assert json.loads((tmp_path / "run.json").read_text()) == {"job_id": 77, "state": "REQUEUE_LIMIT", "exit_code": 75}
 
 
 def test_requeue_is_asked_of_slurm_only_with_restarts_allowed():

@@ -6,6 +6,7 @@ exit_json/fail_json raise instead of exiting, carrying the result.
 
 import functools
 import os
+import pwd
 import random
 import re
 
@@ -933,3 +934,28 @@ def test_the_log_tail_keeps_the_files_first_byte(tmp_path, monkeypatch):
     log = tmp_path / "job.out"
     log.write_text("a\nbc\n")
     assert slurm_job.read_log_tail(str(log), 10) == ["a", "bc"]
+
+
+# state=list (jobs.yml): squeue -h -u <uid> -o MY_JOBS_FORMAT, lines as squeue 22.05 prints that
+# format: a held job has no nodes ("" for %N) and 0:00 elapsed; a running one its hostlist.
+MY_JOBS = ("41|hold-me|PENDING|JobHeldUser||0:00|/nas/jobs/alice/hold-me/runs/1\n"
+           "40|train_ddp|RUNNING|None|node[110-111]|1:05|/nas/jobs/alice/train_ddp/runs/3\n")
+
+
+def test_list_reports_the_users_pending_and_running_jobs(slurm_cli, clock):
+    slurm_cli.answer(["squeue", "-h", "-u", str(os.geteuid()), "-o", slurm_job.MY_JOBS_FORMAT], out=MY_JOBS)
+    outcome = run_module({"state": "list"})
+    assert (outcome.failed, outcome.result["changed"]) == (False, False)
+    assert outcome.result["user"] == pwd.getpwuid(os.geteuid()).pw_name
+    assert outcome.result["jobs"] == [
+        {"job_id": 41, "name": "hold-me", "state": "PENDING", "reason": "JobHeldUser", "nodes": "",
+         "elapsed": "0:00", "work_dir": "/nas/jobs/alice/hold-me/runs/1"},
+        {"job_id": 40, "name": "train_ddp", "state": "RUNNING", "reason": None, "nodes": "node[110-111]",
+         "elapsed": "1:05", "work_dir": "/nas/jobs/alice/train_ddp/runs/3"},
+    ]
+
+
+def test_list_fails_with_squeues_message(slurm_cli, clock):
+    slurm_cli.answer(["squeue"], rc=1, err="squeue: error: Invalid user: 9999\n")
+    outcome = run_module({"state": "list"})
+    assert outcome.failed and "squeue failed (rc=1): squeue: error: Invalid user: 9999" in outcome.result["msg"]

@@ -20,7 +20,9 @@ from ansible.plugins.action import ActionBase
 # Never part of the code a job runs, and often large.
 SKIPPED_DIRS = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", "outputs"}
 HASH_DIGITS = 20
-MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe")
+MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "resume")
+# What the first call decided about the run; the copy's call (without resume) keeps it.
+RUN_KEYS = ("run_id", "run_dir", "resumed", "resumed_step", "run_reason", "made")
 
 
 def git(code_dir, *argv):
@@ -132,9 +134,12 @@ class ActionModule(ActionBase):
         if answer.get("failed"):
             return {**result, **answer}
         if not (answer["code_present"] or module_args.get("probe") or self._task.check_mode):
-            answer = self._copy(files, source, module_args, task_vars)
+            first = answer
+            # The run is taken once: the second call only extracts the code.
+            answer = self._copy(files, source, {**module_args, "resume": ""}, task_vars)
             if answer.get("failed"):
                 return {**result, **answer}
+            answer.update({key: first[key] for key in RUN_KEYS}, changed=True)
         code = {"hash": digest, "files": len(files), "bytes": total, "skipped": skipped,
                 "source_dir": code_dir, "copied": bool(answer.get("code_copied")), **facts}
         return {**result, **answer, "code": code,

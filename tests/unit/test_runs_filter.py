@@ -1,0 +1,91 @@
+"""The runs filters: which run a launch was, in words (the summary's `run` line), and the table
+of a user's jobs that jobs.yml prints (Slurm's pending/running jobs with the collected ones)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+PLUGIN = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "filter_plugins" / "runs.py"
+spec = importlib.util.spec_from_file_location("runs_filter", PLUGIN)
+runs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(runs)
+
+LOG = "/nas/jobs/alice/train_ddp/runs/{run}/train_ddp-{job}.out"
+
+
+def finished(job_id, run=1, state="COMPLETED", exit_code=0, **extra):
+    """A job.json as collect.yml writes it, with its outputs folder."""
+    return {"job_id": job_id, "name": "train_ddp", "state": state, "exit_code": exit_code, "nodes": ["node110", "node111"],
+            "elapsed_seconds": 75, "restarts": 0, "stdout_path": LOG.format(run=run, job=job_id),
+            "outputs": f"/ctl/outputs/train_ddp-{job_id}", **extra}
+
+
+def squeued(job_id, state="RUNNING", reason=None, run=2, elapsed="1:05"):
+    """A job of slurm_job state=list (parse_my_jobs)."""
+    return {"job_id": job_id, "name": "train_ddp", "state": state, "reason": reason, "nodes": "node[110-111]",
+            "elapsed": elapsed, "work_dir": f"/nas/jobs/alice/train_ddp/runs/{run}"}
+
+
+@pytest.mark.parametrize("path, run", [(LOG.format(run=3, job=9), 3), ("/nas/jobs/alice/t/runs/12/", 12),
+                                       ("/nas/jobs/alice/t/t-9.out", None), ("/x/runs/0/t.out", None), (None, None)])
+def test_run_of_path(path, run):
+    assert runs.run_of_path(path) == run
+
+
+@pytest.mark.parametrize("staged, outcome, line", [
+    ({"run_id": 3, "resumed": False}, {}, "fresh run 3"),
+    ({"run_id": 2, "resumed": True, "resumed_step": 30}, {}, "resumed run 2 from its checkpoint at step 30"),
+    ({"run_id": 2, "resumed": True, "resumed_step": None}, {}, "resumed run 2 (no checkpoint of it yet: it starts over)"),
+    ({"run_id": 2, "resumed": True, "resumed_step": 4}, {"found_existing": True},
+     "run 2, already pending or running: followed, not submitted again"),
+    ({}, {"stdout_path": LOG.format(run=5, job=1)}, "run 5"),  # followed by job id
+    ({"skipped": True}, {"stdout_path": "/home/alice/slurm-1.out"}, "-"),
+])
+def test_run_line(staged, outcome, line):
+    assert runs.run_line(staged, outcome) == line
+
+
+def test_the_table_lists_slurms_and_collected_jobs_newest_first():
+    lines = runs.jobs_table([squeued(12, "PENDING", "JobHeldUser", run=3, elapsed="0:00"), squeued(11)],
+                            [finished(10, run=1), finished(9, state="TIMEOUT", exit_code=0, restarts=2, elapsed_seconds=3725)])
+    assert [line.split()[:4] for line in lines] == [
+        ["job", "name", "run", "state"], ["12", "train_ddp", "3", "PENDING"], ["11", "train_ddp", "2", "RUNNING"],
+        ["10", "train_ddp", "1", "COMPLETED"], ["9", "train_ddp", "1", "TIMEOUT"]]
+    assert "PENDING (JobHeldUser)" in lines[1]
+    assert lines[3].split()[4:] == ["0", "node110,node111", "1:15", "0", "/ctl/outputs/train_ddp-10"]
+    assert lines[4].split()[4:7] == ["0", "node110,node111", "1:02:05"]
+    # Columns line up: each row's state starts where the header's does.
+    assert len({line.index(word) for line, word in zip(lines, ["state", "PENDING", "RUNNING", "COMPLETED", "TIMEOUT"])}) == 1
+
+
+def test_a_job_slurm_still_has_is_shown_as_slurm_has_it():
+    # A requeued job collected earlier (wait=false, then followed): its job.json is older than Slurm's word.
+    lines = runs.jobs_table([squeued(10, "PENDING", "BeginTime", run=1)], [finished(10, state="TIMEOUT")])
+    assert len(lines) == 2 and "PENDING (BeginTime)" in lines[1] and "TIMEOUT" not in lines[1]
+
+
+def test_the_newest_20_unless_all():
+    jobs = [finished(job_id) for job_id in range(1, 26)]
+    lines = runs.jobs_table([], jobs)
+    assert len(lines) == 22 and lines[1].startswith("25 ") and lines[20].startswith("6 ")
+    assert lines[-1] == "... and 5 older jobs (-e all=true shows them)"
+    assert len(runs.jobs_table([], jobs, show_all=True)) == 26
+
+
+def test_no_jobs_says_so_and_array_tasks_and_broken_records_are_left_out():
+    lines = runs.jobs_table([{**squeued(1), "job_id": "7_[1-3]"}], [{"job_id": "x"}, "not a dict"])
+    assert lines[1].startswith("(no jobs:")
+    with pytest.raises(AnsibleFilterError, match="two lists"):
+        runs.jobs_table({}, [])
+
+
+def test_collected_jobs_are_the_users_with_their_folder(tmp_path):
+    import json
+    paths = [f"/ctl/outputs/train_ddp-{n}/job.json" for n in (1, 2, 3, 4)]
+    texts = [json.dumps({**finished(1), "user": "alice"}), json.dumps({**finished(2), "user": "bob"}),
+             "{not json", json.dumps({**finished(4), "user": None})]
+    jobs = runs.collected_jobs(paths, texts, "alice")
+    assert [(job["job_id"], job["outputs"]) for job in jobs] == [(1, "/ctl/outputs/train_ddp-1"), (4, "/ctl/outputs/train_ddp-4")]
+    assert len(runs.collected_jobs(paths, texts)) == 3
