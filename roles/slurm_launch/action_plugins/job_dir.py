@@ -20,7 +20,7 @@ from ansible.plugins.action import ActionBase
 # Never part of the code a job runs, and often large.
 SKIPPED_DIRS = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", "outputs"}
 HASH_DIGITS = 20
-MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe")
+MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "expect_files")
 
 
 def git(code_dir, *argv):
