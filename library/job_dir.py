@@ -62,6 +62,14 @@ options:
     description: Check and report only; make nothing (as in check mode).
     type: bool
     default: false
+  expect_files:
+    description:
+      - Files the job will read (the NCCL env file of its node group); the result lists in
+        RV(missing_files) those that are not readable regular files, so that a launch stops before
+        it submits. Only looked at, in every mode.
+    type: list
+    elements: path
+    default: []
   code_dir:
     description:
       - The directory of the code on the controller. Read by the action plugin, which lists, hashes
@@ -142,6 +150,12 @@ run_reason:
   returned: always
   type: str
   sample: run 2 ended COMPLETED
+missing_files:
+  description: The O(expect_files) that are missing or not readable regular files.
+  returned: always
+  type: list
+  elements: str
+  sample: [/starmap/nas/env/nccl-gpu_A6000.sh]
 made:
   description: The directories this run made (or would make, in check mode or with O(probe)).
   returned: always
@@ -333,6 +347,11 @@ def take_run(module, job_fd, job_dir, uid, mode, dry, result):
                   resumed_step=runs[run_id]["step"] if resumed else None, run_reason=why)
 
 
+def missing_files(paths):
+    """The paths that are not regular files this user can read (a link to one counts: the job follows it)."""
+    return [path for path in paths if not (os.path.isfile(path) and os.access(path, os.R_OK))]
+
+
 def run(module):
     params = module.params
     uid = os.geteuid()
@@ -360,7 +379,7 @@ def run(module):
     code_dir = os.path.join(job_dir, "code", code_hash) if code_hash else ""
     result = dict(changed=False, user=user, job_dir=job_dir, code_dir=code_dir, code_present=False,
                   code_copied=False, made=[], run_id=None, run_dir="", resumed=False, resumed_step=None,
-                  run_reason="")
+                  run_reason="", missing_files=missing_files(params["expect_files"]))
     fds = [root_fd]
     try:
         path = root
@@ -428,6 +447,7 @@ ARGUMENT_SPEC = dict(
     code_archive=dict(type="path"),
     probe=dict(type="bool", default=False),
     resume=dict(type="str", default=""),
+    expect_files=dict(type="list", elements="path", default=[]),
     # Read by the action plugin on the controller.
     code_dir=dict(type="path"),
     script=dict(type="path"),

@@ -42,7 +42,7 @@ EXAMPLES = r"""
 
 - name: Refuse drained nodes
   ansible.builtin.assert:
-    that: nodes.slurm[item].state not in ['drained', 'draining', 'down']
+    that: nodes.slurm[item].state not in ['drained', 'draining', 'down', 'fail', 'failing']
   loop: "{{ nodes.names }}"
 """
 
@@ -63,7 +63,7 @@ slurm:
   returned: always
   type: dict
   sample:
-    node110: {partitions: [gpu_A6000], state: idle, markers: "", cpus: 16, gres: "gpu:8"}
+    node110: {partitions: [gpu_A6000], state: idle, markers: "", cpus: 16, gres: "gpu:8", gpus: 8}
   contains:
     partitions:
       description: Partitions the node belongs to.
@@ -81,6 +81,11 @@ slurm:
     gres:
       description: The node's GRES, null when it has none.
       type: str
+    gpus:
+      description:
+        - GPUs in the node's GRES (every C(gpu) item, typed or not), 0 for none; null for a GPU
+          GRES of a form this module cannot count.
+      type: int
 common_partitions:
   description: Partitions that hold every requested node Slurm knows, in Slurm's order.
   returned: always

@@ -686,8 +686,102 @@ def parse_my_jobs(stdout):
 
 
 SINFO_NODES_FORMAT = "%N|%P|%T|%c|%G"
-# sinfo(1) NODE STATE CODES: flags appended to a node's state.
-NODE_STATE_MARKERS = "*~#!%$@^-+"
+# sinfo(1) NODE STATE CODES: the flags sinfo appends to a node's state, and what each means
+# to a job submitted now.
+NODE_STATE_MARKERS = {
+    "*": "is not responding (slurmd does not answer the controller)",
+    "~": "is powered down: Slurm powers it up on submit, allow its ResumeTimeout",
+    "#": "is powering up: the job starts once it has booted",
+    "!": "is about to power down: Slurm powers it up again for the job",
+    "%": "is powering down: Slurm powers it up again for the job, after its SuspendTimeout",
+    "$": "is in a maintenance reservation: the job waits until the reservation ends",
+    "@": "has a reboot pending: the job starts after the reboot",
+    "^": "is rebooting: the job starts once it is back",
+    "-": "is planned by the backfill scheduler for a waiting job: this job may wait for it",
+    "+": "is in more states than one",
+}
+# Base states in which Slurm will not start a job until an administrator acts: a launch
+# refuses these. Every other state only delays the job (or not at all): it passes with a note.
+NODE_REFUSED_STATES = {
+    "down": "is down",
+    "drained": "is drained",
+    "draining": "is draining (it takes no new jobs)",
+    "fail": "has failed (drained for a failure)",
+    "failing": "is failing (it takes no new jobs)",
+    # Registered with less than slurm.conf gives it; Slurm never allocates it until fixed.
+    "inval": "is INVAL (it registered with less than slurm.conf says it has)",
+}
+# Markers that refuse a node whatever its base state.
+NODE_REFUSED_MARKERS = "*"
+NODE_STATE_NOTES = {
+    "idle": "",
+    "mixed": "",
+    "allocated": "is allocated: the job waits for it",
+    "completing": "is completing a job: the job may wait for its epilog",
+    "planned": "is planned by the backfill scheduler for a waiting job: this job may wait for it",
+    "reserved": "is reserved: the job runs there only inside the reservation (--reservation)",
+    "maint": "is in a maintenance reservation: the job waits until the reservation ends",
+    "future": "is not yet in service (FUTURE): the job waits until it registers",
+    "reboot_requested": "has a reboot pending: the job starts after the reboot",
+    "reboot_issued": "is rebooting: the job starts once it is back",
+    "power_down": "is about to power down: Slurm powers it up again for the job",
+    "powered_down": "is powered down: Slurm powers it up on submit, allow its ResumeTimeout",
+    "powering_down": "is powering down: Slurm powers it up again for the job",
+    "powering_up": "is powering up: the job starts once it has booted",
+    "blocked": "is blocked for exclusive topology jobs: the job may wait for it",
+    "perfctrs": "is reserved for performance counters (NPC): the job waits for it",
+    "unknown": "is in state UNKNOWN (slurmctld has not heard from it since its start): the job waits until it does",
+    "external": "is an external node (not managed by this cluster's slurmd)",
+}
+
+
+def node_condition(state, markers=""):
+    """``(refused, reasons)`` for a node as parse_sinfo_nodes() gives its state and markers.
+
+    ``refused`` is True for a down, drained, draining, failed, INVAL or not-responding
+    node: Slurm starts no job there until an administrator acts.  ``reasons`` are the
+    phrases that say why (refused) or what the job can expect (a note), empty for a node
+    that runs the job at once.
+    """
+    base = state.lower()
+    reasons = []
+    refused = base in NODE_REFUSED_STATES or any(marker in NODE_REFUSED_MARKERS for marker in markers)
+    if base in NODE_REFUSED_STATES:
+        reasons.append(NODE_REFUSED_STATES[base])
+    elif base in NODE_STATE_NOTES:
+        if NODE_STATE_NOTES[base]:
+            reasons.append(NODE_STATE_NOTES[base])
+    else:
+        reasons.append(f"is in state {state!r}, which this launch does not know: Slurm decides whether the job waits")
+    for marker in markers:
+        reason = NODE_STATE_MARKERS.get(marker, f"carries the state marker {marker!r}")
+        if reason not in reasons:
+            reasons.append(reason)
+    return refused, reasons
+
+
+_GRES_GPU_RE = re.compile(r"gpu(?::[^:(,]+)?:(\d+)(?:\([^)]*\))?")
+
+
+def gres_gpu_count(gres):
+    """GPUs in a node's GRES as sinfo %G or scontrol's Gres= print it; 0 for none.
+
+    ``gpu:8``, ``gpu:a100:8``, ``gpu:h100:4(S:0),gpu:h100:4(S:1)`` (types and socket
+    bindings), ``gpu:8,shard:16``: every ``gpu`` item counts.  None for a GPU item of
+    another form, so that a caller compares nothing rather than a wrong count.
+    """
+    gres = _optional(gres) or ""
+    total = 0
+    # Split at the commas outside parentheses: "(S:0,1)" lists sockets.
+    for item in re.split(r",(?![^(]*\))", gres) if gres else []:
+        item = item.strip()
+        if item.split(":", 1)[0] != "gpu":
+            continue
+        match = _GRES_GPU_RE.fullmatch(item)
+        if not match:  # a form this parser does not know: no count rather than a wrong one
+            return None
+        total += int(match.group(1))
+    return total
 
 
 def parse_sinfo_nodes(stdout):
@@ -706,7 +800,7 @@ def parse_sinfo_nodes(stdout):
         validate_node_name(name)
         if not cpus.isdigit():
             raise SlurmParseError(f"sinfo: invalid CPU count {cpus!r} for node {name}")
-        base_state = state.rstrip(NODE_STATE_MARKERS)
+        base_state = state.rstrip("".join(NODE_STATE_MARKERS))
         if not base_state:
             raise SlurmParseError(f"sinfo: invalid state {state!r} for node {name}")
         entry = nodes.setdefault(name, {
@@ -715,6 +809,7 @@ def parse_sinfo_nodes(stdout):
             "markers": state[len(base_state):],
             "cpus": int(cpus),
             "gres": _optional(gres),
+            "gpus": gres_gpu_count(gres),
         })
         partition = partition.rstrip("*")  # '*' marks the default partition
         if partition and partition not in entry["partitions"]:

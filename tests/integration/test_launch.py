@@ -107,6 +107,13 @@ BAD_REQUESTS = {
     "nodes and group together": (["nodes=node110", "group=gpu_A6000", "num_nodes=1"], "not both"),
     "unknown group": (["group=gpu_H100", "num_nodes=1"], "group=gpu_H100 must be a group of compute nodes"),
     "bad rendezvous": (["nodes=node110", "rendezvous=etcd"], "slurm_launch_rendezvous must be one of: static, c10d, got: etcd"),
+    # Cores counted where Slurm counts threads (slurm.conf gives the local nodes 16 CPUs, 8 GPUs).
+    "inventory CPUs that Slurm does not count": (
+        ["nodes=node110", "cluster_node_cpus=8"],
+        "node110: the inventory says 8 CPUs, Slurm says 16 (CPUTot); set cluster_node_cpus: 16 in group_vars/gpu_A6000.yml"),
+    "inventory GPUs that Slurm does not count": (
+        ["nodes=node110", "cluster_node_gpus=4"],
+        "node110: the inventory says 4 GPUs, Slurm says 8 (Gres); set cluster_node_gpus: 8 in group_vars/gpu_A6000.yml"),
 }
 
 
@@ -128,7 +135,49 @@ def test_a_drained_node_is_refused_by_name(cluster, tmp_path):
         before = next_job_id(cluster)
         proc = launch(tmp_path, "nodes=node110,node111", f"script={TRAINER}")
         assert proc.returncode != 0
-        assert "Node node111 is drained" in proc.stdout
+        assert "node111 (drained) is drained" in proc.stdout, proc.stdout[-3000:]
+        assert "scontrol update nodename=NODE state=resume" in proc.stdout
         assert next_job_id(cluster) == before
     finally:
         cluster.slurm("scontrol", "update", "nodename=node111", "state=resume")
+
+
+def test_a_missing_nccl_env_file_stops_the_launch_naming_it_and_the_fix(cluster, tmp_path):
+    env_file = cluster.nas / "env" / "nccl-gpu_A6000.sh"
+    aside = env_file.with_name(env_file.name + ".aside")
+    env_file.rename(aside)
+    try:
+        before = next_job_id(cluster)
+        proc = launch(tmp_path, "nodes=node110,node111", f"script={TRAINER}")
+    finally:
+        aside.rename(env_file)
+    assert proc.returncode != 0
+    assert (f"The NCCL env file {env_file} of node group gpu_A6000 is missing (or unreadable) on the NAS, "
+            "and the job sources it: run provision.yml for that group") in proc.stdout, proc.stdout[-3000:]
+    assert next_job_id(cluster) == before
+
+
+def test_a_submit_host_with_too_old_a_python_is_refused_before_any_module_runs(cluster, tmp_path):
+    # tests/standins/python3.6: a STAND-IN for EL8's Python 3.6 (answers -V, refuses the rest), where
+    # the submit host sees it (the NAS; the controller's /tmp is hidden from the hosts).
+    standin_dir = cluster.nas / f"python-standin-{tmp_path.name[-8:]}"
+    standin_dir.mkdir(mode=0o755)
+    standin = standin_dir / "python3.6"
+    standin.write_text((Path(__file__).resolve().parents[1] / "standins" / "python3.6").read_text())
+    standin.chmod(0o755)
+    try:
+        before = next_job_id(cluster)
+        proc = launch(tmp_path, "nodes=node110,node111", f"script={TRAINER}",
+                      f"ansible_python_interpreter={standin}")
+    finally:
+        standin.unlink()
+        standin_dir.rmdir()
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert (f"login01: ansible-core 2.19" in output and f"needs Python 3.8 or newer on the hosts it manages, and "
+            f"{standin} is Python 3.6." in output), output[-3000:]
+    assert "set ansible_python_interpreter to it for this host" in output
+    # The stand-in's own refusal never shows: no module ran with it.
+    assert "only -V is answered" not in output
+    assert "Look up the nodes in Slurm" not in proc.stdout
+    assert next_job_id(cluster) == before

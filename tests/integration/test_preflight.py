@@ -88,5 +88,5 @@ def test_a_drained_node_is_named_and_nothing_is_checked_on_it(cluster, tmp_path)
     finally:
         cluster.slurm("scontrol", "update", "nodename=node111", "state=resume")
     assert proc.returncode != 0, proc.stdout[-3000:]
-    assert re.search(r"Node node111 is drain\w* in Slurm", proc.stdout), proc.stdout[-3000:]
+    assert re.search(r"node111 \(drain\w*\) is drain\w*", proc.stdout), proc.stdout[-3000:]
     assert next_job_id(cluster) == before

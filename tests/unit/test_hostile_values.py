@@ -53,7 +53,7 @@ def test_job_names_that_are_no_safe_file_names_are_refused(name):
 @pytest.mark.parametrize("path", ["jobs", "/tmp/../etc", "/tmp/a b", "/tmp/$(id)", '/tmp/"x', "/tmp/x\n"])
 def test_jobs_dirs_that_are_not_plain_absolute_paths_are_refused(path):
     assert problems(jobs_dir=path) == [f"slurm_launch_jobs_dir={path!r} is not allowed: an absolute path of letters, "
-                                       "digits, '_', '.', '-' and '/', without '..'"]
+                                       "digits, '_', '.', '+', '-' and '/', without '..'"]
 
 
 def test_the_derived_job_dir_names_the_jobs_dir_setting():

@@ -26,7 +26,8 @@ OTHER_UID = 4242  # a user who is not the one running the tests
 class FakeModule:
     def __init__(self, check_mode=False, **params):
         self.check_mode = check_mode
-        self.params = {"mode": "0700", "code_hash": None, "code_archive": None, "probe": False, "resume": "", **params}
+        self.params = {"mode": "0700", "code_hash": None, "code_archive": None, "probe": False, "resume": "",
+                       "expect_files": [], **params}
 
 
 def run(tmp_path, **params):

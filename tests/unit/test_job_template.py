@@ -94,9 +94,11 @@ STANDINS = {
 
 
 def in_dir(tmp_path, **overrides):
-    """A job whose directory (failure records, end marker) is the test's own."""
-    return job(job_dir=str(tmp_path), end_marker=f"{tmp_path}/.%j.ended", cuda_home="", conda_root="", conda_env="",
-               **overrides)
+    """A job whose directory (failure records, end marker) and NCCL env file are the test's own."""
+    env_file = tmp_path / "nccl-gpu_A6000.sh"
+    env_file.write_text("export NCCL_SOCKET_IFNAME=eth0\n")  # as roles/nccl_env writes it
+    return job(**{"job_dir": str(tmp_path), "end_marker": f"{tmp_path}/.%j.ended", "cuda_home": "", "conda_root": "",
+                  "conda_env": "", "nccl_env_file": str(env_file), **overrides})
 
 
 def run_with_standins(tmp_path, script, exit_code=0):
@@ -125,6 +127,25 @@ def test_arguments_reach_the_training_exactly_and_rank_and_master_come_from_slur
     assert argv[2:] == ["--node-rank=1", "--nnodes=2", "--nproc-per-node=8", "--master-addr=node110",
                         "--master-port=24242", "/starmap/nas/code/train.py", *args]
     assert "master node110:24242 rendezvous static" in proc.stdout
+
+
+def test_the_node_groups_nccl_settings_reach_the_training(tmp_path):
+    proc, _ = run_with_standins(tmp_path, render(in_dir(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    assert "env: NCCL_SOCKET_IFNAME=eth0" in proc.stdout, proc.stdout
+
+
+def test_a_missing_nccl_env_file_stops_the_job_naming_it(tmp_path):
+    # Without it NCCL would pick its own interfaces: the job stops before training instead.
+    missing = tmp_path / "env" / "nccl-gpu_A6000.sh"
+    script = render(in_dir(tmp_path, nccl_env_file=str(missing)))
+    (tmp_path / "job.sbatch").write_text(script)
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "4242", "HOME": str(tmp_path)})
+    assert proc.returncode == 90
+    assert (f"cannot read the NCCL env file {missing} of this node group (run provision.yml for it)"
+            in proc.stderr), proc.stderr
+    assert "training" not in proc.stdout
 
 
 @pytest.mark.parametrize("code", [1, 7, 137])

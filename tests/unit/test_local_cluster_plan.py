@@ -205,7 +205,8 @@ def test_typed_var_takes_the_default_and_refuses_what_is_no_number():
         lc.typed_var({"cluster_node_cpus": 0}, "cluster_node_cpus", (int, 1, 4096, 1), "node110")
 
 
-@pytest.mark.parametrize("value, path", [("/var/lib/lc/", "/var/lib/lc"), ("/a//b", "/a/b"), ("/a.b/c-d_e", "/a.b/c-d_e")])
+@pytest.mark.parametrize("value, path", [("/var/lib/lc/", "/var/lib/lc"), ("/a//b", "/a/b"), ("/a.b/c-d_e", "/a.b/c-d_e"),
+                                          ("/nas/cuda-12.1+x", "/nas/cuda-12.1+x")])
 def test_safe_path_normalises(value, path):
     assert lc.safe_path(value, "local_cluster_state_dir") == path
 
@@ -214,8 +215,8 @@ def test_safe_path_normalises(value, path):
 def test_safe_path_refuses(value):
     with pytest.raises(lc.ClusterError) as error:
         lc.safe_path(value, "cluster_nas_root")
-    assert str(error.value) == (f"cluster_nas_root={value!r}: use an absolute path of letters, digits, '_', '-', "
-                                "'.' and '/', without '..'")
+    assert str(error.value) == (f"cluster_nas_root={value!r}: use an absolute path of letters, digits, '_', '.', "
+                                "'+', '-' and '/', without '..' or '.'")
 
 
 @pytest.mark.parametrize("value", [None, ""])

@@ -106,14 +106,6 @@ def test_good_settings_pass():
                                                "TORCH_NCCL_ASYNC_ERROR_HANDLING": 1}, "n1") == []
 
 
-def test_node_group_is_the_compute_subgroup_holding_the_host():
-    groups = {"all": ["n1", "n2", "login"], "compute": ["n1", "n2"], "gpu_a": ["n1"], "gpu_b": ["n2"],
-              "nas": ["login"], "ungrouped": []}
-    assert nccl_env.nccl_env_node_groups("n1", ["compute", "gpu_a"], groups) == ["gpu_a"]
-    assert nccl_env.nccl_env_node_groups("n1", ["compute", "gpu_a", "mixed"], {**groups, "mixed": ["n1", "login"]}) \
-        == ["gpu_a"]
-
-
 def test_ipv4_addresses_come_from_the_facts():
     gathered = {"interfaces": ["lo", "eth0", "ib-0", "ens1"],
                 "lo": {"ipv4": {"address": "127.0.0.1"}},
@@ -177,11 +169,6 @@ def test_consistent_nodes_have_no_problems():
 def test_an_ifname_list_left_empty_by_its_prefix_is_refused(ifname, refused):
     found = nccl_env.nccl_env_setting_problems({"NCCL_SOCKET_IFNAME": ifname}, "n1")
     assert found == (["n1: NCCL_SOCKET_IFNAME is empty; name an interface or leave it unset"] if refused else [])
-
-
-def test_a_group_of_every_compute_node_is_their_node_group():
-    groups = {"all": ["n1", "n2"], "compute": ["n1", "n2"], "gpu_a": ["n1", "n2"], "ungrouped": []}
-    assert nccl_env.nccl_env_node_groups("n1", ["compute", "gpu_a"], groups) == ["gpu_a"]
 
 
 def test_with_ib_disabled_an_hca_setting_is_not_held_against_the_hardware():

@@ -49,8 +49,8 @@ def test_requested_nodes_as_slurm_knows_them(capsys, sinfo, slurm_output):
     assert result.get("failed") is None, result.get("msg")
     assert (result["names"], result["hostlist"], result["unknown"]) == (["rec1", "rec2"], "rec[1-2]", [])
     assert result["slurm"] == {
-        "rec1": {"partitions": ["gpu"], "state": "mixed", "markers": "", "cpus": 2, "gres": "gpu:2"},
-        "rec2": {"partitions": ["gpu"], "state": "mixed", "markers": "*", "cpus": 2, "gres": "gpu:2"},
+        "rec1": {"partitions": ["gpu"], "state": "mixed", "markers": "", "cpus": 2, "gres": "gpu:2", "gpus": 2},
+        "rec2": {"partitions": ["gpu"], "state": "mixed", "markers": "*", "cpus": 2, "gres": "gpu:2", "gpus": 2},
     }
     assert result["common_partitions"] == ["gpu"] and result["changed"] is False
     assert calls[0]["argv"] == SINFO

@@ -595,7 +595,7 @@ def test_parse_squeue_rejects_garbage(stdout):
 
 
 def sinfo_node(state, markers=""):
-    return {"partitions": ["gpu"], "state": state, "markers": markers, "cpus": 2, "gres": "gpu:2"}
+    return {"partitions": ["gpu"], "state": state, "markers": markers, "cpus": 2, "gres": "gpu:2", "gpus": 2}
 
 
 @pytest.mark.parametrize(("fixture", "rec1", "rec2"), [
@@ -614,8 +614,8 @@ def test_parse_sinfo_lists_every_partition_of_a_node():
     # sinfo -N prints a node once per partition (the local cluster has one partition, so this is typed).
     stdout = "rec1|gpu*|mixed|2|gpu:2\nrec1|debug|mixed|2|gpu:2\ncpu01|cpu|idle|64|(null)\n"
     assert slurm.parse_sinfo_nodes(stdout) == {
-        "rec1": {"partitions": ["gpu", "debug"], "state": "mixed", "markers": "", "cpus": 2, "gres": "gpu:2"},
-        "cpu01": {"partitions": ["cpu"], "state": "idle", "markers": "", "cpus": 64, "gres": None},
+        "rec1": {"partitions": ["gpu", "debug"], "state": "mixed", "markers": "", "cpus": 2, "gres": "gpu:2", "gpus": 2},
+        "cpu01": {"partitions": ["cpu"], "state": "idle", "markers": "", "cpus": 64, "gres": None, "gpus": 0},
     }
 
 

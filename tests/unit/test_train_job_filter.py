@@ -16,6 +16,7 @@ def request(**overrides):
     base = {key: "" for key in module.JOB_KEYS}
     base.update(num_nodes="2", gpus_per_node="8", cpus_per_task="64", nproc_per_node="0", omp_num_threads="0",
                 warning_signal="USR1", warning_seconds="120", max_restarts="3", master_port="0", partition="gpu_A6000", nccl_env_dir="/nas/env",
+                node_group="gpu_A6000",
                 conda_root="/nas/anaconda3", conda_env="magicdrivedit", replace_ld_library_path=False)
     # Values the job script checks (train_job refuses what cannot go into it).
     base.update(job_name="train", rendezvous="static", time_limit="60", extra_directives=[], env={}, script_args=[])
@@ -27,6 +28,17 @@ def test_one_process_per_gpu_and_the_cpus_shared_out():
     job = module.train_job(request())
     assert (job["nproc_per_node"], job["omp_num_threads"], job["num_nodes"]) == (8, 8, 2)
     assert job["nccl_env_file"] == "/nas/env/nccl-gpu_A6000.sh" and "nccl_env_dir" not in job
+
+
+def test_the_nccl_env_file_is_the_node_groups_whatever_the_partition():
+    # provision.yml names the file after the inventory group; a job in another partition
+    # (a site's "batch" partition spanning groups) sources its nodes' group's file all the same.
+    job = module.train_job(request(partition="batch", node_group="gpu_H100"))
+    assert (job["partition"], job["nccl_env_file"]) == ("batch", "/nas/env/nccl-gpu_H100.sh")
+    assert "node_group" not in job
+    assert module.train_job(request(nccl_env_dir="", node_group=""))["nccl_env_file"] == ""
+    with pytest.raises(AnsibleFilterError, match="no NCCL env file for node group ''"):
+        module.train_job(request(node_group=""))
 
 
 def test_a_cpu_node_runs_one_process_and_given_values_win():
@@ -93,7 +105,7 @@ def test_the_cpus_are_shared_out_by_whole_numbers():
 
 
 def test_a_value_the_job_script_cannot_hold_is_refused_after_deriving():
-    with pytest.raises(AnsibleFilterError, match="; partition='gpu a' is not allowed: a Slurm partition name"):
+    with pytest.raises(AnsibleFilterError, match="^partition='gpu a' is not allowed: a Slurm partition name"):
         module.train_job(request(partition="gpu a"))
     with pytest.raises(AnsibleFilterError, match="account='a;b' is not allowed.*; time_limit='1 day' is not allowed"):
         module.train_job(request(account="a;b", time_limit="1 day"))
@@ -101,7 +113,7 @@ def test_a_value_the_job_script_cannot_hold_is_refused_after_deriving():
 
 def test_an_empty_jobs_dir_is_refused_since_the_job_dir_would_be_at_the_root():
     assert module.value_problems({"jobs_dir": ""}) == [
-        "slurm_launch_jobs_dir='' is not allowed: an absolute path of letters, digits, '_', '.', '-' and '/', "
+        "slurm_launch_jobs_dir='' is not allowed: an absolute path of letters, digits, '_', '.', '+', '-' and '/', "
         "without '..'"]
     assert module.value_problems({"jobs_dir": "/starmap/nas/jobs"}) == []
 
@@ -110,7 +122,7 @@ def test_an_empty_jobs_dir_is_refused_since_the_job_dir_would_be_at_the_root():
                                     "/nas/jobs/../train/.%j.ended", "/nas/jobs/train/.%j ended"])
 def test_an_end_marker_the_job_script_cannot_hold_is_refused(marker):
     assert module.value_problems({"job_name": "train", "job_dir": "/nas/jobs/train", "end_marker": marker}) == [
-        f"end_marker={marker!r} is not allowed: an absolute path of letters, digits, '_', '.', '-' and '/', "
+        f"end_marker={marker!r} is not allowed: an absolute path of letters, digits, '_', '.', '+', '-' and '/', "
         "without '..' ('%j' is the job id)"]
 
 

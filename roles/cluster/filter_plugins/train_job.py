@@ -13,7 +13,7 @@ JOB_KEYS = (
     "job_name", "job_dir", "end_marker", "account", "partition", "num_nodes", "nodelist", "gpus_per_node",
     "cpus_per_task", "nproc_per_node", "omp_num_threads", "time_limit", "warning_signal", "warning_seconds", "max_restarts",
     "extra_directives", "cuda_home", "replace_ld_library_path", "conda_root", "conda_env", "venv", "nccl_env_dir",
-    "env", "rendezvous", "master_port", "script", "script_args",
+    "node_group", "env", "rendezvous", "master_port", "script", "script_args",
 )
 INTEGERS = ("num_nodes", "gpus_per_node", "cpus_per_task", "nproc_per_node", "omp_num_threads", "warning_seconds",
             "max_restarts", "master_port")
@@ -52,8 +52,13 @@ def train_job(request):
     job["replace_ld_library_path"] = bool(job["replace_ld_library_path"])
     if job["venv"]:  # a virtualenv replaces the conda env
         job["conda_root"] = job["conda_env"] = ""
-    # What provision.yml's nccl_env role writes for the node group (the partition).
-    job["nccl_env_file"] = f"{job.pop('nccl_env_dir')}/nccl-{job['partition']}.sh"
+    # What provision.yml's nccl_env role writes for the job's node group (not its partition,
+    # which may be named otherwise): the one rule of module_utils/cluster_rules.py.
+    nccl_env_dir, node_group = job.pop("nccl_env_dir"), job.pop("node_group")
+    try:
+        job["nccl_env_file"] = _rules.nccl_env_file(nccl_env_dir, node_group)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"nccl_env_dir={nccl_env_dir!r}: {exc}") from exc
     problems = value_problems(job)
     if problems:
         raise AnsibleFilterError("; ".join(problems))
@@ -69,9 +74,13 @@ _SLURM_UTILS_SPEC = importlib.util.spec_from_file_location(
     "_train_job_slurm_utils", Path(__file__).resolve().parents[3] / "module_utils" / "slurm.py")
 _slurm_utils = importlib.util.module_from_spec(_SLURM_UTILS_SPEC)
 _SLURM_UTILS_SPEC.loader.exec_module(_slurm_utils)
+# The safe-path and NCCL env file rules, shared with the other roles and the modules.
+_RULES_SPEC = importlib.util.spec_from_file_location(
+    "_train_job_cluster_rules", Path(__file__).resolve().parents[3] / "module_utils" / "cluster_rules.py")
+_rules = importlib.util.module_from_spec(_RULES_SPEC)
+_RULES_SPEC.loader.exec_module(_rules)
 
-PATH_RE = re.compile(r"/[A-Za-z0-9_./-]*")
-PATH_RULE = "an absolute path of letters, digits, '_', '.', '-' and '/', without '..'"
+PATH_RULE = _rules.SAFE_PATH_RULE
 SLURM_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 SLURM_NAME_RULE = "letters, digits, '_', '.' and '-', starting with a letter or digit"
 CONDA_ENV_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -93,8 +102,7 @@ RENDEZVOUS = ("static", "c10d")
 
 
 def _is_path(value):
-    return value == "" or (isinstance(value, str) and PATH_RE.fullmatch(value) is not None
-                           and ".." not in value.split("/"))
+    return value == "" or _rules.is_safe_path(value)
 
 
 def _is_name(value, pattern, allow_empty=True):

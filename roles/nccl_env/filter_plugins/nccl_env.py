@@ -35,7 +35,6 @@ RENAMED = {
 IB_ONLY_KEYS = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX")
 # Settings whose value names hardware that must exist on every node of the group.
 HARDWARE_KEYS = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME")
-NOT_NODE_GROUPS = {"all", "ungrouped", "compute"}
 
 
 def _text(value):
@@ -103,16 +102,6 @@ def nccl_env_ipv4_from_facts(facts):
         if primary:
             found[name] = [primary] + [a["address"] for a in iface.get("ipv4_secondaries", []) if a.get("address")]
     return found
-
-
-def nccl_env_node_groups(hostname, group_names, groups):
-    """The host's node groups: groups holding only compute nodes (the partitions)."""
-    compute = set(groups.get("compute", []))
-    return sorted(
-        name for name in group_names
-        if name not in NOT_NODE_GROUPS and groups.get(name) and set(groups[name]) <= compute
-        and hostname in groups[name]
-    )
 
 
 def _matches(name, candidates, exact):
@@ -275,7 +264,6 @@ class FilterModule:
             "nccl_env_merge": nccl_env_merge,
             "nccl_env_ipv4_from_facts": nccl_env_ipv4_from_facts,
             "nccl_env_setting_problems": nccl_env_setting_problems,
-            "nccl_env_node_groups": nccl_env_node_groups,
             "nccl_env_group_problems": nccl_env_group_problems,
             "nccl_env_group_outliers": nccl_env_group_outliers,
             "nccl_env_read": nccl_env_read,

@@ -20,7 +20,7 @@ from ansible.plugins.action import ActionBase
 # Never part of the code a job runs, and often large.
 SKIPPED_DIRS = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", "outputs"}
 HASH_DIGITS = 20
-MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "resume")
+MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "resume", "expect_files")
 # What the first call decided about the run; the copy's call (without resume) keeps it.
 RUN_KEYS = ("run_id", "run_dir", "resumed", "resumed_step", "run_reason", "made")
 

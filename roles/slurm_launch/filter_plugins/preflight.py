@@ -12,10 +12,23 @@ _nccl_env = importlib.util.module_from_spec(_NCCL_ENV_SPEC)
 _NCCL_ENV_SPEC.loader.exec_module(_nccl_env)
 
 
+# The node-group rule of module_utils/cluster_rules.py, the one provision.yml's nccl_env role names
+# its env files by.
+_RULES_SPEC = importlib.util.spec_from_file_location(
+    "_preflight_cluster_rules", Path(__file__).resolve().parents[3] / "module_utils" / "cluster_rules.py")
+_rules = importlib.util.module_from_spec(_RULES_SPEC)
+_RULES_SPEC.loader.exec_module(_rules)
+
+
 def preflight_node_groups(nodes, hostvars, groups):
-    """Each node's group (partition) as provision.yml's nccl_env role names it: its first node group."""
-    return [(_nccl_env.nccl_env_node_groups(node, hostvars[node]["group_names"], groups) or [""])[0]
-            for node in nodes]
+    """Each node's group as provision.yml's nccl_env role names it ('' for a node it would refuse)."""
+    found = []
+    for node in nodes:
+        try:
+            found.append(_rules.host_node_group(node, groups, (hostvars.get(node) or {}).get("nccl_env_group", "")))
+        except ValueError:
+            found.append("")
+    return found
 
 
 def _by_node(found):

@@ -1,0 +1,98 @@
+"""The rules the roles and modules of this project share, each in one place.
+
+Shipped to managed hosts as ``ansible.module_utils.cluster_rules`` (standard library only) and
+loaded by roles/cluster/filter_plugins/cluster_rules.py for the roles, so that a module and a
+role never disagree about what a safe path is, which inventory groups are node groups, which
+partition a node group's jobs use, or what the NCCL env file of a group is called.
+"""
+
+from __future__ import annotations
+
+import re
+
+# ---------------------------------------------------------------------------
+# Safe paths
+# ---------------------------------------------------------------------------
+
+# Paths land in job scripts, module files and command lines: only characters that need no
+# quoting anywhere. '+' is in (conda and CUDA paths use it: cuda-12.1+extras); a space, '$',
+# quotes or a newline are not.
+SAFE_PATH_RE = re.compile(r"/[A-Za-z0-9_.+/-]*")
+SAFE_PATH_RULE = "an absolute path of letters, digits, '_', '.', '+', '-' and '/', without '..'"
+
+
+def is_safe_path(value):
+    """True for an absolute path of SAFE_PATH_RE's characters with no '..' component."""
+    return (isinstance(value, str) and SAFE_PATH_RE.fullmatch(value) is not None
+            and ".." not in value.split("/"))
+
+
+def safe_path_problem(name, value, allow_empty=False):
+    """None when ``value`` is a safe path (or empty and allowed), else a message naming it."""
+    if (allow_empty and value in ("", None)) or is_safe_path(value):
+        return None
+    return f"{name}={value!r} is not allowed: {SAFE_PATH_RULE}"
+
+
+# ---------------------------------------------------------------------------
+# Node groups and partitions
+# ---------------------------------------------------------------------------
+
+# Inventory groups that are never node groups.
+NOT_NODE_GROUPS = frozenset(("all", "ungrouped", "compute"))
+GROUP_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+GROUP_NAME_RULE = "1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+
+
+def node_groups(groups):
+    """Every node group of the inventory, sorted: a non-empty group of compute nodes only,
+    other than ``compute`` itself.  A node group is a Slurm partition of the same name."""
+    compute = set(groups.get("compute") or [])
+    return sorted(name for name, members in groups.items()
+                  if name not in NOT_NODE_GROUPS and members and set(members) <= compute)
+
+
+def host_node_groups(hostname, groups):
+    """The node groups that hold ``hostname``, sorted."""
+    return [name for name in node_groups(groups) if hostname in groups[name]]
+
+
+def host_node_group(hostname, groups, override=""):
+    """The one node group of a host: ``override`` (the inventory's nccl_env_group for the host)
+    or its only node group.  ValueError, naming the groups, when there is none or several."""
+    if override:
+        if not GROUP_NAME_RE.fullmatch(str(override)):
+            raise ValueError(f"{hostname}: node group {override!r} is not allowed: {GROUP_NAME_RULE}")
+        return str(override)
+    found = host_node_groups(hostname, groups)
+    if len(found) != 1:
+        raise ValueError(f"{hostname}: node groups {found} (groups under `compute` holding it): it needs exactly "
+                         "one; set nccl_env_group for the node to choose")
+    if not GROUP_NAME_RE.fullmatch(found[0]):
+        raise ValueError(f"{hostname}: node group {found[0]!r} is not allowed: {GROUP_NAME_RULE}")
+    return found[0]
+
+
+def job_partition(given, group, common_partitions):
+    """The partition a job runs in: the one given, else its node group's (named alike) when its
+    nodes are in it, else the first partition all its nodes share; '' when there is none."""
+    if given:
+        return given
+    if group and group in common_partitions:
+        return group
+    return common_partitions[0] if common_partitions else ""
+
+
+# ---------------------------------------------------------------------------
+# The NCCL env file of a node group
+# ---------------------------------------------------------------------------
+
+
+def nccl_env_file(env_dir, group):
+    """``<env_dir>/nccl-<group>.sh``: what provision.yml's nccl_env role writes for a node group
+    and what a job on that group's nodes sources; '' when there is no env dir."""
+    if not env_dir:
+        return ""
+    if not GROUP_NAME_RE.fullmatch(str(group or "")):
+        raise ValueError(f"no NCCL env file for node group {group!r}: a node group is {GROUP_NAME_RULE}")
+    return f"{str(env_dir).rstrip('/')}/nccl-{group}.sh"

@@ -1,0 +1,118 @@
+"""module_utils/cluster_rules.py and its filters (roles/cluster/filter_plugins/cluster_rules.py):
+the one home of the safe-path, node-group, partition and NCCL env file rules."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("cluster_rules_filters", ROOT / "roles" / "cluster" / "filter_plugins" / "cluster_rules.py")
+filters = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(filters)
+rules = filters.rules
+
+# The local inventory's shape (inventory/local/hosts.yml) with a second node group.
+GROUPS = {"all": ["login01", "nas01", "node110", "node111", "h1"], "ungrouped": [], "login": ["login01"],
+          "submit": ["login01"], "nas": ["nas01"], "compute": ["node110", "node111", "h1"],
+          "gpu_A6000": ["node110", "node111"], "gpu_H100": ["h1"]}
+
+
+@pytest.mark.parametrize("path", [
+    "/starmap/nas/cuda/cuda-11.8", "/nas/cuda/cuda-12.1+extras", "/nas/envs/torch+cu121", "/", "/a/b_c.d-e"])
+def test_safe_paths(path):
+    assert rules.is_safe_path(path)
+    assert rules.safe_path_problem("cluster_cuda_home", path) is None
+
+
+@pytest.mark.parametrize("path", [
+    "", "nas/env", "/nas/../etc", "/nas/..", "/nas/a b", "/nas/$(id)", "/nas/`id`", '/nas/"x', "/nas/x\n", "/nas/x;y",
+    None, 7])
+def test_unsafe_paths_are_refused_naming_the_value_and_the_rule(path):
+    assert not rules.is_safe_path(path)
+    assert rules.safe_path_problem("cluster_cuda_home", path) == (
+        f"cluster_cuda_home={path!r} is not allowed: an absolute path of letters, digits, '_', '.', '+', '-' and '/', "
+        "without '..'")
+
+
+def test_an_empty_path_passes_only_where_allowed():
+    assert filters.path_problems({"venv": "", "cuda_home": ""}, ["venv"]) == [
+        "cuda_home='' is not allowed: an absolute path of letters, digits, '_', '.', '+', '-' and '/', without '..'"]
+
+
+def test_the_cuda_home_the_cuda_role_installs_is_one_the_launch_takes():
+    # The cuda_toolkit role's own path rule (roles/cuda_toolkit/vars/main.yml) takes '+'; so does the launch now.
+    train_job_spec = importlib.util.spec_from_file_location("tj", ROOT / "roles" / "cluster" / "filter_plugins" / "train_job.py")
+    train_job = importlib.util.module_from_spec(train_job_spec)
+    train_job_spec.loader.exec_module(train_job)
+    assert train_job.value_problems({"cuda_home": "/nas/cuda/cuda-12.1+extras"}) == []
+
+
+def test_node_groups_are_the_groups_of_compute_nodes_only():
+    assert rules.node_groups(GROUPS) == ["gpu_A6000", "gpu_H100"]
+    # A group that also holds a login host is no node group; an empty one neither.
+    assert rules.node_groups({**GROUPS, "mixed": ["node110", "login01"], "empty": []}) == ["gpu_A6000", "gpu_H100"]
+    # A group of every compute node is one.
+    assert rules.node_groups({"all": ["n1"], "compute": ["n1", "n2"], "gpu_a": ["n1", "n2"]}) == ["gpu_a"]
+
+
+def test_a_hosts_node_group():
+    assert rules.host_node_groups("node111", GROUPS) == ["gpu_A6000"]
+    assert rules.host_node_group("node111", GROUPS) == "gpu_A6000"
+    assert rules.host_node_group("node111", GROUPS, "gpu_special") == "gpu_special"
+
+
+@pytest.mark.parametrize(("groups", "message"), [
+    ({**GROUPS, "gpu_A6000": []}, r"node111: node groups \[\] \(groups under `compute` holding it\): it needs exactly one"),
+    ({**GROUPS, "big": ["node110", "node111"]}, r"node111: node groups \['big', 'gpu_A6000'\].*set nccl_env_group"),
+])
+def test_a_host_in_no_or_several_node_groups_is_refused_naming_them(groups, message):
+    with pytest.raises(ValueError, match=message):
+        rules.host_node_group("node111", groups)
+
+
+def test_a_node_group_name_that_cannot_be_a_file_name_is_refused():
+    with pytest.raises(ValueError, match=r"node group 'a/b' is not allowed"):
+        rules.host_node_group("node111", GROUPS, "a/b")
+
+
+def test_the_nodes_of_a_job_share_one_node_group():
+    hostvars = {"node110": {}, "node111": {}, "h1": {}}
+    assert filters.nodes_node_group(["node110", "node111"], hostvars, GROUPS) == "gpu_A6000"
+    with pytest.raises(AnsibleFilterError, match=r"node110 in gpu_A6000; h1 in gpu_H100"):
+        filters.nodes_node_group(["node110", "h1"], hostvars, GROUPS)
+    # The nccl_env role's per-node choice counts (what it names the file after).
+    assert filters.nodes_node_group(["node110"], {"node110": {"nccl_env_group": "g2"}}, GROUPS) == "g2"
+
+
+@pytest.mark.parametrize(("given", "group", "common", "partition"), [
+    ("", "gpu_A6000", ["gpu_A6000", "debug"], "gpu_A6000"),
+    ("", "gpu_A6000", ["debug", "gpu_A6000"], "gpu_A6000"),  # the group's, named alike, first
+    ("", "gpu_A6000", ["batch"], "batch"),  # nodes of the group in a partition named otherwise
+    ("debug", "gpu_A6000", ["gpu_A6000", "debug"], "debug"),  # given wins
+    ("", "", [], ""),
+])
+def test_the_partition_of_a_job(given, group, common, partition):
+    assert rules.job_partition(given, group, common) == partition
+
+
+def test_the_nccl_env_file_of_a_node_group():
+    assert rules.nccl_env_file("/starmap/nas/env", "gpu_A6000") == "/starmap/nas/env/nccl-gpu_A6000.sh"
+    assert rules.nccl_env_file("/starmap/nas/env/", "gpu_A6000") == "/starmap/nas/env/nccl-gpu_A6000.sh"
+    assert rules.nccl_env_file("", "") == ""
+    with pytest.raises(ValueError, match="no NCCL env file for node group ''"):
+        rules.nccl_env_file("/nas/env", "")
+    with pytest.raises(AnsibleFilterError, match=r"no NCCL env file for node group '\.\./x'"):
+        filters.FilterModule().filters()["cluster_nccl_env_file"]("/nas/env", "../x")
+
+
+def test_every_role_names_the_env_file_through_the_one_filter():
+    # The writer (nccl_env) and the readers (the launch, the preflight) call the same filter.
+    uses = {path.relative_to(ROOT).as_posix() for path in (ROOT / "roles").rglob("*.yml")
+            if "cluster_nccl_env_file" in path.read_text()}
+    assert uses == {"roles/nccl_env/tasks/main.yml", "roles/slurm_launch/tasks/derive.yml",
+                    "roles/slurm_launch/tasks/preflight_report.yml"}
+    for path in (ROOT / "roles").rglob("*"):
+        if path.is_file() and path.suffix in (".yml", ".py", ".j2"):
+            assert "/nccl-' ~" not in path.read_text() and "/nccl-{" not in path.read_text(), path
