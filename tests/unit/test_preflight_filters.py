@@ -133,9 +133,11 @@ def test_without_node_groups_the_nodes_are_judged_as_of_no_group():
     assert any(p.startswith("n2: NCCL_SOCKET_IFNAME names ib0") for p in problems), problems
 
 
-def test_a_node_in_two_partitions_is_of_the_first_as_provision_names_it():
+def test_a_node_in_two_node_groups_has_none_unless_its_nccl_env_group_chooses_as_provision_refuses_it():
     groups = {"all": ["n1", "n2", "login"], "compute": ["n1", "n2"], "gpu_A6000": ["n1"], "gpu_all": ["n1", "n2"],
               "submit": ["login"]}
     hostvars = {"n1": {"group_names": ["compute", "gpu_A6000", "gpu_all"]}, "n2": {"group_names": ["compute", "gpu_all"]},
                 "login": {"group_names": ["submit"]}}
-    assert preflight.preflight_node_groups(["n1", "n2", "login"], hostvars, groups) == ["gpu_A6000", "gpu_all", ""]
+    assert preflight.preflight_node_groups(["n1", "n2", "login"], hostvars, groups) == ["", "gpu_all", ""]
+    hostvars["n1"]["nccl_env_group"] = "gpu_A6000"
+    assert preflight.preflight_node_groups(["n1", "n2"], hostvars, groups) == ["gpu_A6000", "gpu_all"]
