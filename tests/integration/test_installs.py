@@ -59,11 +59,11 @@ def env_activation(cluster):
 def test_module_load_cuda_works_in_a_login_shell_on_a_node_right_after_provisioning(cluster):
     # Nothing but provision.yml (the session fixture) ran: no `module use` by hand.
     proc = as_alice(cluster, "srun -p gpu_A6000 -N1 -w node110 bash -lc "
-                             "'module load cuda/11.8 && which nvcc && nvcc --version && module -t avail 2>&1'")
+                             "'module -t avail 2>&1 && module load cuda/11.8 && which nvcc && nvcc --version'")
     lines = proc.stdout.splitlines()
-    assert lines[0] == "/starmap/nas/cuda/cuda-11.8/bin/nvcc", proc.stdout + proc.stderr
+    assert "/starmap/nas/modulefiles:" in lines and "cuda/11.8" in lines, "module avail lists the NAS module files"
+    assert "/starmap/nas/cuda/cuda-11.8/bin/nvcc" in lines, proc.stdout + proc.stderr
     assert "Cuda compilation tools, release 11.8, V11.8.89" in lines
-    assert "cuda/11.8" in lines, "module avail lists the NAS module files"
     # The same for a user's plain `module load cuda` (the cluster's default version).
     default = as_alice(cluster, "srun -p gpu_A6000 -N1 -w node111 bash -lc 'module load cuda && echo $CUDA_HOME'")
     assert default.stdout.strip() == "/starmap/nas/cuda/cuda-11.8", default.stdout + default.stderr

@@ -319,9 +319,12 @@ def test_conda_pack_archive_is_an_offline_alternative(nas, tmp_path):
                      conda_pack_archive_checksum=sha256(archive))
     first = playbook(inventory, play, variables)
     assert first.returncode == 0, first.stdout[-3000:]
-    prefix = nas_root / "anaconda3" / "envs" / "magicdrivedit"
-    check = subprocess.run(["bash", "-c", 'source "$1/etc/profile.d/conda.sh" && conda activate magicdrivedit && '
-                            'python -c "import sys, torch; print(sys.prefix)"', "bash", nas_root / "anaconda3"],
+    envs = nas_root / "anaconda3" / "envs"
+    # Unpacked into a prefix of its own, keyed by the archive's checksum, that the env's name links to.
+    prefix = envs / os.readlink(envs / "magicdrivedit")
+    assert prefix.name == ".magicdrivedit-" + sha256(archive).split(":")[1][:16]
+    check = subprocess.run(["bash", "-c", 'source "$1/etc/profile.d/conda.sh" && conda activate "$2" && '
+                            'python -c "import sys, torch; print(sys.prefix)"', "bash", nas_root / "anaconda3", prefix],
                            capture_output=True, text=True)
     assert check.stdout.strip() == str(prefix), check.stderr
     pyvenv = (prefix / "pyvenv.cfg").read_text()  # conda-unpack rewrote the packed prefix to the env's
