@@ -61,7 +61,8 @@ def test_module_load_cuda_works_in_a_login_shell_on_a_node_right_after_provision
     proc = as_alice(cluster, "srun -p gpu_A6000 -N1 -w node110 bash -lc "
                              "'module -t avail 2>&1 && module load cuda/11.8 && which nvcc && nvcc --version'")
     lines = proc.stdout.splitlines()
-    assert "/starmap/nas/modulefiles:" in lines and "cuda/11.8" in lines, "module avail lists the NAS module files"
+    # environment-modules' terse listing: the directory, then its modules (the default marked).
+    assert "/starmap/nas/modulefiles:" in lines and "cuda/11.8(default)" in lines, proc.stdout + proc.stderr
     assert "/starmap/nas/cuda/cuda-11.8/bin/nvcc" in lines, proc.stdout + proc.stderr
     assert "Cuda compilation tools, release 11.8, V11.8.89" in lines
     # The same for a user's plain `module load cuda` (the cluster's default version).
