@@ -289,8 +289,10 @@ def test_an_env_of_the_unversioned_layout_is_moved_aside_and_replaced(nas):
     versioned = envs / os.readlink(envs / "magicdrivedit")
     (envs / "magicdrivedit").unlink()
     shutil.rmtree(versioned)
+    # From the copy on the NAS: the NAS owner cannot read pytest's private tmp tree.
     subprocess.run(["sudo", "-u", NAS_OWNER, nas_root / "anaconda3" / "bin" / "conda", "env", "create",
-                    "-f", variables["conda_environment_file"], "-n", "magicdrivedit"], check=True, capture_output=True)
+                    "-f", nas_root / "anaconda3" / "environments" / "magicdrivedit.yml", "-n", "magicdrivedit"],
+                   check=True, capture_output=True)
     assert (envs / "magicdrivedit").is_dir() and not (envs / "magicdrivedit").is_symlink()
 
     check = playbook(inventory, play, variables, check=True)
