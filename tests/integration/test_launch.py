@@ -1,6 +1,7 @@
 """launch.yml on the default local cluster: real multi-node torchrun jobs, end to end."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,8 @@ def test_static_rendezvous_job_trains_four_ranks_and_collects_its_outputs(cluste
         ["host=node110", "host=node110", "host=node111", "host=node111"]
     assert "[rank0] training complete steps=6" in log
     # What provision.yml put on the NAS is what the job ran with.
-    assert "python /starmap/nas/anaconda3/envs/magicdrivedit/bin/python" in log
+    # The env's versioned prefix that <envs>/magicdrivedit linked to when the job started.
+    assert re.search(r"^.*python /starmap/nas/anaconda3/envs/\.magicdrivedit-[0-9a-f]{16}/bin/python$", log, re.M), log
     assert "CUDA_HOME=/starmap/nas/cuda/cuda-11.8" in log
     assert "env: NCCL_SOCKET_IFNAME==eth0" in log and "env: NCCL_IB_DISABLE=1" in log
     script = (folder / f"{name}.sbatch").read_text()

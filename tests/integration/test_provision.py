@@ -180,6 +180,27 @@ def test_the_installer_that_runs_is_a_private_copy_no_other_account_can_swap(nas
         shutil.rmtree(record, ignore_errors=True)
 
 
+def test_the_runfiles_link_to_the_temporary_sibling_is_removed(nas):
+    """The stand-in makes the link NVIDIA's runfile makes (/usr/local/cuda -> --toolkitpath), in a
+    directory of the test's (its CUDA_STANDIN_SYMLINK_ROOT hook): the toolkit was installed into
+    the temporary sibling, so that link would point at nothing once the sibling is renamed."""
+    inventory, play, variables, nas_root = nas
+    link_root = nas_root.with_name(nas_root.name + ".usr-local")
+    link_root.mkdir()
+    shutil.chown(link_root, NAS_OWNER, NAS_OWNER)
+    try:
+        link_vars = {**variables, "cuda_toolkit_runfile_symlink": str(link_root / "cuda"),
+                     "test_env": {"CUDA_STANDIN_SYMLINK_ROOT": str(link_root)}}
+        play.with_name("cuda.yml").write_text(NAS_PLAY.format(roles="[cuda_toolkit]"))
+        run = playbook(inventory, play.with_name("cuda.yml"), link_vars)
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert task_outcome(run.stdout, "Remove the runfile's link to the temporary sibling.", "localhost") == "changed"
+        assert not os.path.lexists(link_root / "cuda"), os.readlink(link_root / "cuda")
+        assert (nas_root / "cuda" / "cuda-11.8" / "bin" / "nvcc").exists()
+    finally:
+        shutil.rmtree(link_root)
+
+
 def test_interrupted_installs_are_finished_by_a_rerun(nas):
     inventory, play, variables, nas_root = nas
     home, partial = nas_root / "cuda" / "cuda-11.8", nas_root / "cuda" / ".cuda-11.8.partial"
@@ -204,27 +225,84 @@ def test_interrupted_installs_are_finished_by_a_rerun(nas):
     assert (conda_root / "envs" / "magicdrivedit" / "bin" / "python").exists()
 
 
-def test_conda_env_is_updated_only_when_environment_yml_changes(nas):
+def env_specs(prefix):
+    """The specs conda recorded in an env's history, last command."""
+    return json.loads(re.findall(r"^# update specs: (.*)$", (Path(prefix) / "conda-meta" / "history").read_text(),
+                                 re.M)[-1])
+
+
+def test_a_changed_rendered_environment_yml_gets_a_new_prefix_and_the_link_switches(nas):
     inventory, play, variables, nas_root = nas
     play = play.with_name("conda.yml")
-    env_python = nas_root / "anaconda3" / "envs" / "magicdrivedit" / "bin" / "python"
-    assert playbook(inventory, play, variables).returncode == 0
+    envs = nas_root / "anaconda3" / "envs"
+    # A template: what changes the env is the file as rendered from the inventory, not its source.
+    Path(variables["conda_environment_file"]).write_text(
+        "name: magicdrivedit\nchannels: [\"file://{{ test_channel }}\"]\n"
+        "dependencies: [python=3.11, pytorch{{ test_extra_dependency | default('') }}]\n")
+    variables["test_channel"] = SITE_PACKAGES
+    first = playbook(inventory, play, variables)
+    assert first.returncode == 0, first.stdout[-3000:]
+    old = envs / os.readlink(envs / "magicdrivedit")
+    assert re.fullmatch(r"\.magicdrivedit-[0-9a-f]{16}", old.name) and env_specs(old) == ["python=3.11", "pytorch"]
+    rendered = (nas_root / "anaconda3" / "environments" / "magicdrivedit.yml").read_bytes()
+    assert old.name.endswith(hashlib.sha256(rendered).hexdigest()[:16]), "keyed on the file as written to the NAS"
 
     again = playbook(inventory, play, variables)
     assert recap(again)["localhost"]["changed"] == 0, again.stdout[-3000:]
-    assert task_outcome(again.stdout, "Update the env to its changed environment.yml.", "localhost") == "skipping", \
-        again.stdout[-3000:]
 
-    environment_yml(Path(variables["conda_environment_file"]), ["python=3.11", "pytorch", "jinja2"])
+    source_before = Path(variables["conda_environment_file"]).read_bytes()
+    variables["test_extra_dependency"] = ", jinja2"
+    check = playbook(inventory, play, variables, check=True)
+    assert check.returncode == 0 and recap(check)["localhost"]["changed"] > 0, check.stdout[-3000:]
+    assert task_outcome(check.stdout, "Create the env from the environment.yml on the NAS.", "localhost") == "changed"
+    assert os.readlink(envs / "magicdrivedit") == old.name and {p.name for p in envs.iterdir()} == \
+        {"magicdrivedit", old.name}, "--check changed nothing"
+
     changed = playbook(inventory, play, variables)
     assert changed.returncode == 0, changed.stdout[-3000:]
-    assert task_outcome(changed.stdout, "Update the env to its changed environment.yml.", "localhost") == "changed", \
-        changed.stdout[-3000:]
-    assert subprocess.run([env_python, "-c", "import jinja2, torch"]).returncode == 0
+    assert Path(variables["conda_environment_file"]).read_bytes() == source_before, "only an extra var changed"
+    new = envs / os.readlink(envs / "magicdrivedit")
+    assert new != old and env_specs(new) == ["python=3.11", "pytorch", "jinja2"]
+    assert env_specs(old) == ["python=3.11", "pytorch"] and (old / "bin" / "python").exists(), "the old env is kept as it was"
+    assert subprocess.run([envs / "magicdrivedit" / "bin" / "python", "-c", "import jinja2, torch"]).returncode == 0
+    assert recap(playbook(inventory, play, variables))["localhost"]["changed"] == 0
 
-    environment_yml(Path(variables["conda_environment_file"]), ["python=3.11", "pytorch", "surely-not-a-package"])
+    # Back to the earlier file: its prefix is still there, so the link just switches back.
+    del variables["test_extra_dependency"]
+    back = playbook(inventory, play, variables)
+    assert back.returncode == 0 and os.readlink(envs / "magicdrivedit") == old.name, back.stdout[-3000:]
+    assert task_outcome(back.stdout, "Create the env from the environment.yml on the NAS.", "localhost") == "skipping"
+
+    variables["test_extra_dependency"] = ", surely-not-a-package"
     missing = playbook(inventory, play, variables)
     assert missing.returncode != 0 and "PackagesNotFoundError" in missing.stdout, missing.stdout[-3000:]
+    assert os.readlink(envs / "magicdrivedit") == old.name, "a failed build leaves the env as it was"
+
+
+def test_an_env_of_the_unversioned_layout_is_moved_aside_and_replaced(nas):
+    inventory, play, variables, nas_root = nas
+    play = play.with_name("conda.yml")
+    envs = nas_root / "anaconda3" / "envs"
+    assert playbook(inventory, play, variables).returncode == 0
+    # The layout before: a real env directory at envs/magicdrivedit, made by `conda env create -n`.
+    versioned = envs / os.readlink(envs / "magicdrivedit")
+    (envs / "magicdrivedit").unlink()
+    shutil.rmtree(versioned)
+    # From the copy on the NAS: the NAS owner cannot read pytest's private tmp tree.
+    subprocess.run(["sudo", "-u", NAS_OWNER, nas_root / "anaconda3" / "bin" / "conda", "env", "create",
+                    "-f", nas_root / "anaconda3" / "environments" / "magicdrivedit.yml", "-n", "magicdrivedit"],
+                   check=True, capture_output=True)
+    assert (envs / "magicdrivedit").is_dir() and not (envs / "magicdrivedit").is_symlink()
+
+    check = playbook(inventory, play, variables, check=True)
+    assert check.returncode == 0 and recap(check)["localhost"]["changed"] > 0, check.stdout[-3000:]
+    assert not (envs / "magicdrivedit").is_symlink()
+
+    migrated = playbook(inventory, play, variables)
+    assert migrated.returncode == 0, migrated.stdout[-3000:]
+    assert os.readlink(envs / "magicdrivedit") == versioned.name
+    assert (envs / ".magicdrivedit-unversioned" / "conda-meta" / "history").exists(), "the old env is kept, aside"
+    assert recap(playbook(inventory, play, variables))["localhost"]["changed"] == 0
 
 
 def test_conda_pack_archive_is_an_offline_alternative(nas, tmp_path):
@@ -242,9 +320,12 @@ def test_conda_pack_archive_is_an_offline_alternative(nas, tmp_path):
                      conda_pack_archive_checksum=sha256(archive))
     first = playbook(inventory, play, variables)
     assert first.returncode == 0, first.stdout[-3000:]
-    prefix = nas_root / "anaconda3" / "envs" / "magicdrivedit"
-    check = subprocess.run(["bash", "-c", 'source "$1/etc/profile.d/conda.sh" && conda activate magicdrivedit && '
-                            'python -c "import sys, torch; print(sys.prefix)"', "bash", nas_root / "anaconda3"],
+    envs = nas_root / "anaconda3" / "envs"
+    # Unpacked into a prefix of its own, keyed by the archive's checksum, that the env's name links to.
+    prefix = envs / os.readlink(envs / "magicdrivedit")
+    assert prefix.name == ".magicdrivedit-" + sha256(archive).split(":")[1][:16]
+    check = subprocess.run(["bash", "-c", 'source "$1/etc/profile.d/conda.sh" && conda activate "$2" && '
+                            'python -c "import sys, torch; print(sys.prefix)"', "bash", nas_root / "anaconda3", prefix],
                            capture_output=True, text=True)
     assert check.stdout.strip() == str(prefix), check.stderr
     pyvenv = (prefix / "pyvenv.cfg").read_text()  # conda-unpack rewrote the packed prefix to the env's

@@ -53,7 +53,11 @@ def test_reference_job_gets_the_reference_header_and_a_valid_bash_script(tmp_pat
     subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
     assert 'export PATH="$CUDA_HOME/bin:$PATH"' in script
     assert 'export LD_LIBRARY_PATH="$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in script
-    assert "source /starmap/nas/anaconda3/etc/profile.d/conda.sh && conda activate /starmap/nas/anaconda3/envs/magicdrivedit" in script, "by its prefix: a user's own env of that name must not win"
+    assert ("source /starmap/nas/anaconda3/etc/profile.d/conda.sh \\\n"
+            "  && conda_env_prefix=/starmap/nas/anaconda3/envs/$(readlink /starmap/nas/anaconda3/envs/magicdrivedit"
+            " || echo magicdrivedit) \\\n"
+            '  && conda activate "$conda_env_prefix" \\\n') in script, \
+        "by its prefix (a user's own env of that name must not win), the version the link names at the job's start"
     assert 'export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"' in script
 
 
