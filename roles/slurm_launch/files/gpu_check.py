@@ -6,6 +6,7 @@ Run by the job script once per node (``srun --ntasks-per-node=1``) in the traini
 training's srun, and by the preflight's node check (which imports the probes and rules):
 
     python gpu_check.py --gpus-per-node 8 --cuda-home /nas/cuda/cuda-11.8
+    python gpu_check.py --facts --cuda-home /nas/cuda/cuda-11.8   # what it found, JSON
 
 Prints one ``gpu-check <node>: ...`` line; exits 1, each failed rule on a line of its own, when
 the job would train without its GPUs. Standard library at import time (torch is imported only
@@ -148,9 +149,13 @@ def summary(facts):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpus-per-node", type=int, required=True, help="GPUs the job asked for per node (--gres)")
+    parser.add_argument("--gpus-per-node", type=int, default=0, help="GPUs the job asked for per node (--gres)")
     parser.add_argument("--cuda-home", default="", help="the toolkit the job puts on PATH (its version.json)")
+    parser.add_argument("--facts", action="store_true", help="only print what was found, as JSON (the preflight's)")
     args = parser.parse_args(argv)
+    if args.facts:
+        print(json.dumps(gpu_facts(args.cuda_home), sort_keys=True), flush=True)
+        return 0
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     facts = gpu_facts(args.cuda_home)
     problems = gpu_problems(facts, args.gpus_per_node)
