@@ -1,6 +1,6 @@
 """STAND-IN "CUDA torch" of the local cluster, whose nodes have no GPUs and whose env holds a CPU
 build of torch. Python imports this at start-up only because bin/local-cluster puts its
-directory on PYTHONPATH in the cluster's SSH sessions (so jobs inherit it); no product path.
+directory on PYTHONPATH of every Slurm task on the cluster's nodes (a TaskProlog); no product path.
 
 Inert unless the node's own /etc/local-cluster/standin-gpus.json exists (bin/local-cluster
 writes it on GPU nodes only). There, once torch is imported, torch.cuda.is_available(),
