@@ -8,8 +8,11 @@ MASTER_PORT for every worker process:
 
 On Slurm, one torchrun per node (``srun --ntasks-per-node=1``) with
 ``--nnodes=$SLURM_NNODES --node-rank=$SLURM_NODEID --master-addr=<first node>``.
-``--backend auto`` uses nccl when CUDA is available (one GPU per LOCAL_RANK),
-else gloo on CPU. Every line is prefixed with ``[rankN]`` and flushed at once.
+``--backend auto`` (or $TRAIN_BACKEND) uses nccl when CUDA is available (one GPU per
+LOCAL_RANK), gloo on CPU; but a job that was given GPUs (Slurm's SLURM_GPUS_ON_NODE) gets
+nccl or stops, saying why: it never falls back to training on CPU. Only an explicit gloo
+(``--backend gloo``, TRAIN_BACKEND=gloo) runs a GPU job on CPU. Every line is prefixed with
+``[rankN]`` and flushed at once.
 
 How a training script hears of the time limit, and what it must do
 ------------------------------------------------------------------
@@ -76,8 +79,9 @@ def parse_args(argv=None):
                    help="rank 0 logs the loss every N steps (and at the end)")
     p.add_argument("--step-sleep", type=float, default=0.0,
                    help="extra seconds per step, so a test job lasts a chosen time")
-    p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
-                   help="auto: nccl if CUDA is available, else gloo")
+    p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default=os.environ.get("TRAIN_BACKEND", "auto"),
+                   help="auto (default $TRAIN_BACKEND or auto): nccl if CUDA is available, else gloo; "
+                        "a job given GPUs: nccl or fail")
     p.add_argument("--checkpoint-dir", default=os.environ.get("CHECKPOINT_DIR", "./checkpoints"),
                    help="holds checkpoint.pt; must be shared by all nodes (default $CHECKPOINT_DIR "
                         "or ./checkpoints)")
@@ -91,6 +95,19 @@ def parse_args(argv=None):
     p.add_argument("--fail-at-step", type=int, default=-1, help="fault injection: step it fails at")
     p.add_argument("--fail-exit-code", type=int, default=3, help="fault injection: its exit code")
     return p.parse_args(argv)
+
+
+def choose_backend(requested):
+    """The process group's backend; None and the reason when a GPU job cannot have nccl."""
+    gpus_asked = int(os.environ.get("SLURM_GPUS_ON_NODE") or 0)
+    if requested != "auto":
+        return requested, ""
+    cuda = torch.cuda.is_available()
+    if gpus_asked and not (cuda and dist.is_nccl_available()):
+        return None, (f"the job was given {gpus_asked} GPUs per node (SLURM_GPUS_ON_NODE) but torch {torch.__version__} "
+                      f"cannot use them (CUDA {torch.version.cuda or 'none: a CPU build'}, is_available={cuda}, "
+                      f"nccl available={dist.is_nccl_available()}): not falling back to gloo on CPU")
+    return ("nccl" if cuda else "gloo"), ""
 
 
 def on_signal(signum, frame):
@@ -125,9 +142,10 @@ def main(argv=None):
     for name in filter(None, (s.strip() for s in args.checkpoint_signals.split(","))):
         signal.signal(getattr(signal, "SIG" + name.upper().removeprefix("SIG")), on_signal)
 
-    backend = args.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend, why_not = choose_backend(args.backend)
+    if backend is None:
+        log(why_not, err=True)
+        return 2
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if backend == "nccl":
         device = torch.device("cuda", local_rank)

@@ -39,3 +39,14 @@ def test_two_ranks_sum_correctly_and_report_each_size():
     assert (result["world_size"], result["backend"]) == (2, "gloo")
     assert [r["size"] for r in result["results"]] == [1024, 65536]
     assert all(r["wrong"] == 0 and r["busbw"] > 0 and r["time_us"] > 0 for r in result["results"])
+
+
+@pytest.mark.parametrize("requested, gpus, cuda, nccl, expected", [
+    ("auto", 8, True, True, "nccl"), ("auto", 0, False, False, "gloo"), ("auto", 0, True, True, "nccl"),
+    ("auto", 8, False, False, None), ("auto", 8, True, False, None), ("gloo", 8, False, False, "gloo")])
+def test_a_job_given_gpus_gets_nccl_or_fails_never_gloo_unasked(requested, gpus, cuda, nccl, expected):
+    backend, why = allreduce_check.choose_backend(requested, gpus, cuda, nccl)
+    assert backend == expected
+    assert bool(why) == (expected is None)
+    if expected is None:
+        assert f"given {gpus} GPUs per node" in why and "not falling back to gloo" in why

@@ -27,7 +27,7 @@ def job(**overrides):
         "extra_directives": [], "cuda_home": "/starmap/nas/cuda/cuda-11.8", "replace_ld_library_path": False,
         "conda_root": "/starmap/nas/anaconda3", "conda_env": "magicdrivedit", "venv": "",
         "nccl_env_file": "/starmap/nas/env/nccl-gpu_A6000.sh", "env": {}, "rendezvous": "static", "master_port": 0,
-        "script": "/starmap/nas/code/train.py", "script_args": [],
+        "script": "/starmap/nas/code/train.py", "script_args": [], "gpu_check": "/starmap/nas/jobs/alice/train/gpu_check.py",
         "end_marker": "/starmap/nas/jobs/magicdrive/.%j.ended",
     }
     base.update(overrides)
@@ -98,11 +98,11 @@ STANDINS = {
 
 
 def in_dir(tmp_path, **overrides):
-    """A job whose directory (failure records, end marker) and NCCL env file are the test's own."""
+    """A job whose directory (failure records, end marker) and NCCL env file are the test's own; no GPU check unless asked."""
     env_file = tmp_path / "nccl-gpu_A6000.sh"
     env_file.write_text("export NCCL_SOCKET_IFNAME=eth0\n")  # as roles/nccl_env writes it
     return job(**{"job_dir": str(tmp_path), "end_marker": f"{tmp_path}/.%j.ended", "cuda_home": "", "conda_root": "",
-                  "conda_env": "", "nccl_env_file": str(env_file), **overrides})
+                  "conda_env": "", "nccl_env_file": str(env_file), "gpu_check": "", **overrides})
 
 
 def run_with_standins(tmp_path, script, exit_code=0):
@@ -267,3 +267,42 @@ def test_the_node_that_failed_first_gives_the_jobs_exit_code(tmp_path):
     assert proc.returncode == 7
     assert "training step finished with exit code 7" in proc.stdout
     assert not list(tmp_path.glob(".9.failure.*")), "the records are removed, so a requeued run starts clean"
+
+
+# python, as the GPU check and the training: the check (argv[1] ends in gpu_check.py) exits with
+# $GPU_CHECK_EXIT and records its argv; the training records that it ran.
+GPU_CHECK_STANDIN = ('#!/usr/bin/env python3\nimport json, os, sys\n'
+                     'if sys.argv[1].endswith("gpu_check.py"):\n'
+                     '    json.dump(sys.argv[1:], open(os.environ["RECORD"] + ".check", "w"))\n'
+                     '    sys.exit(int(os.environ["GPU_CHECK_EXIT"]))\n'
+                     'open(os.environ["RECORD"] + ".trained", "w").close()\n')
+
+
+@pytest.mark.parametrize("check_exit", [0, 1])
+def test_a_gpu_job_runs_the_gpu_check_on_every_node_before_training(tmp_path, check_exit):
+    check = f"{tmp_path}/gpu_check.py"
+    script = render(in_dir(tmp_path, gpu_check=check, gpus_per_node=4, cuda_home="/nas/cuda/cuda-11.8"))
+    assert "srun --nodes=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 \\\n" in script
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", STANDINS["srun"]), ("scontrol", STANDINS["scontrol"]), ("python", GPU_CHECK_STANDIN)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    (tmp_path / "job.sbatch").write_text(script)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RECORD": str(tmp_path / "rec"), "GPU_CHECK_EXIT": str(check_exit),
+           "SLURM_JOB_ID": "5", "SLURM_JOB_NAME": "j", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[110-111]"}
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True, timeout=30)
+    assert json.loads((tmp_path / "rec.check").read_text()) == [check, "--gpus-per-node=4",
+                                                               "--cuda-home=/nas/cuda/cuda-11.8"]
+    if check_exit:
+        assert proc.returncode == 91, proc.stdout + proc.stderr
+        assert "GPU check failed (the reasons above, per node): not training" in proc.stderr
+        assert not (tmp_path / "rec.trained").exists(), "nothing trains after a failed check"
+        assert (tmp_path / ".5.ended").read_text() == "91\n", "the end marker a launch watches for"
+    else:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert (tmp_path / "rec.trained").exists()
+
+
+def test_a_cpu_job_has_no_gpu_check(tmp_path):
+    assert "gpu_check.py" not in render(in_dir(tmp_path, gpu_check=f"{tmp_path}/gpu_check.py", gpus_per_node=0))

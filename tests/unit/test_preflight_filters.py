@@ -141,3 +141,29 @@ def test_a_node_in_two_node_groups_has_none_unless_its_nccl_env_group_chooses_as
     assert preflight.preflight_node_groups(["n1", "n2", "login"], hostvars, groups) == ["", "gpu_all", ""]
     hostvars["n1"]["nccl_env_group"] = "gpu_A6000"
     assert preflight.preflight_node_groups(["n1", "n2"], hostvars, groups) == ["gpu_A6000", "gpu_all"]
+
+
+def gpu(**overrides):
+    """A node check's GPU record (gpu_check.py --facts): 2 GPUs, torch built for CUDA 11.8."""
+    base = {"drivers": ["535.104.05"] * 2, "driver_error": "", "cuda_home": "/nas/cuda/cuda-11.8", "toolkit": [11, 8],
+            "toolkit_error": "", "torch": "2.1.2", "torch_cuda": "11.8", "cuda_available": True, "device_count": 2,
+            "nccl": "2.18.1"}
+    return {**base, **overrides}
+
+
+def test_the_table_shows_each_nodes_driver_gpus_cuda_and_nccl():
+    found = [record("n1", gpu=gpu()), record("n2", gpu=gpu(drivers=["550.54.14"] * 2, nccl="2.19.3"))]
+    rows = {row["node"]: row["checks"] for row in preflight.preflight_rows(found, ["n1", "n2"])}
+    assert "driver 535.104.05, 2 GPUs, torch sees 2, CUDA 11.8, NCCL 2.18.1" in rows["n1"]
+    assert "driver 550.54.14, 2 GPUs, torch sees 2, CUDA 11.8, NCCL 2.19.3" in rows["n2"]
+
+
+def test_a_gpu_mismatch_is_a_problem_of_its_node_only_on_a_gpu_job():
+    found = [record("n1", gpu=gpu()), record("n2", gpu=gpu(torch_cuda="", cuda_available=False, device_count=0))]
+    context = {**CONTEXT, "node_groups": ["g", "g"], "gpus_per_node": 2}
+    (problem,) = preflight.preflight_problems(found, ["n1", "n2"], context)
+    assert problem.startswith("n2: GPU: torch 2.1.2 is a CPU build (torch.version.cuda is None)")
+    assert preflight.preflight_problems(found, ["n1", "n2"], {**context, "gpus_per_node": 0}) == []
+    fewer = preflight.preflight_problems([record("n1", gpu=gpu(device_count=1))], ["n1"],
+                                         {**context, "node_groups": ["g"]})
+    assert fewer and fewer[0].startswith("n1: GPU: torch sees 1 GPUs, the job asked for 2 per node")

@@ -13,7 +13,7 @@ JOB_KEYS = (
     "job_name", "job_dir", "end_marker", "account", "partition", "num_nodes", "nodelist", "gpus_per_node",
     "cpus_per_task", "nproc_per_node", "omp_num_threads", "time_limit", "warning_signal", "warning_seconds", "max_restarts",
     "extra_directives", "cuda_home", "replace_ld_library_path", "conda_root", "conda_env", "venv", "nccl_env_dir",
-    "node_group", "env", "rendezvous", "master_port", "script", "script_args",
+    "node_group", "env", "rendezvous", "master_port", "script", "script_args", "gpu_check",
 )
 INTEGERS = ("num_nodes", "gpus_per_node", "cpus_per_task", "nproc_per_node", "omp_num_threads", "warning_seconds",
             "max_restarts", "master_port")
@@ -135,7 +135,7 @@ def value_problems(values):
                 refuse("end_marker", values["end_marker"], f"{PATH_RULE} ('%j' is the job id)")
     if "jobs_dir" in values and not (values["jobs_dir"] and _is_path(values["jobs_dir"])):
         refuse("slurm_launch_jobs_dir", values["jobs_dir"], PATH_RULE)
-    for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file"):
+    for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file", "gpu_check"):
         if key in values and not _is_path(values[key]):
             refuse(key, values[key], PATH_RULE)
     if "partition" in values and not _is_name(values["partition"], SLURM_NAME_RE, allow_empty=False):

@@ -4,7 +4,8 @@ result and reports the bandwidth as nccl-tests' all_reduce_perf does.
 
 Run by the preflight through the same job script as a training (one torchrun per node), so it
 proves the path the training takes: rendezvous, the backend (nccl on GPUs, gloo on CPU) over
-the NCCL env of the node group. Rank 0 prints a table and one ``allreduce-result: {json}``
+the NCCL env of the node group. A job given GPUs (SLURM_GPUS_ON_NODE) gets nccl or fails, saying
+why; only an explicit gloo (--backend gloo, or $TRAIN_BACKEND=gloo) runs it on CPU. Rank 0 prints a table and one ``allreduce-result: {json}``
 line that the preflight reads from the job's log.
 
     torchrun --standalone --nproc-per-node=2 allreduce_check.py --sizes 1024,1048576
@@ -28,7 +29,7 @@ def parse_args(argv=None):
                         help="message sizes in bytes, comma-separated (float32 elements: a multiple of 4)")
     parser.add_argument("--iters", type=int, default=5, help="timed all-reduces per size")
     parser.add_argument("--warmup", type=int, default=2, help="untimed all-reduces per size first")
-    parser.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto")
+    parser.add_argument("--backend", choices=["auto", "nccl", "gloo"], default=os.environ.get("TRAIN_BACKEND", "auto"))
     args = parser.parse_args(argv)
     try:
         args.sizes = [int(size) for size in args.sizes.split(",")]
@@ -47,9 +48,24 @@ def bus_bandwidth(size_bytes, seconds, world_size):
     return algbw, algbw * 2 * (world_size - 1) / world_size
 
 
+def choose_backend(requested, gpus_asked, cuda_available, nccl_available):
+    """(backend, "") or (None, why): a job given GPUs never falls back to gloo unasked."""
+    if requested != "auto":
+        return requested, ""
+    if gpus_asked and not (cuda_available and nccl_available):
+        return None, (f"the job was given {gpus_asked} GPUs per node (SLURM_GPUS_ON_NODE) but torch {torch.__version__} "
+                      f"cannot use them (CUDA {torch.version.cuda or 'none: a CPU build'}, is_available={cuda_available}, "
+                      f"nccl available={nccl_available}): not falling back to gloo on CPU")
+    return ("nccl" if cuda_available else "gloo"), ""
+
+
 def main(argv=None):
     args = parse_args(argv)
-    backend = args.backend if args.backend != "auto" else ("nccl" if torch.cuda.is_available() else "gloo")
+    backend, why_not = choose_backend(args.backend, int(os.environ.get("SLURM_GPUS_ON_NODE") or 0),
+                                      torch.cuda.is_available(), dist.is_nccl_available())
+    if backend is None:
+        print(f"allreduce_check: {why_not}", file=sys.stderr, flush=True)
+        return 2
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cpu")

@@ -10,6 +10,11 @@ _NCCL_ENV_SPEC = importlib.util.spec_from_file_location(
     "_preflight_nccl_env", Path(__file__).resolve().parents[2] / "nccl_env" / "filter_plugins" / "nccl_env.py")
 _nccl_env = importlib.util.module_from_spec(_NCCL_ENV_SPEC)
 _NCCL_ENV_SPEC.loader.exec_module(_nccl_env)
+# The GPU rules are the job's own check (files/gpu_check.py, which the job runs before training).
+_GPU_CHECK_SPEC = importlib.util.spec_from_file_location(
+    "_preflight_gpu_check", Path(__file__).resolve().parents[1] / "files" / "gpu_check.py")
+_gpu_check = importlib.util.module_from_spec(_GPU_CHECK_SPEC)
+_GPU_CHECK_SPEC.loader.exec_module(_gpu_check)
 
 
 # The node-group rule of module_utils/cluster_rules.py, the one provision.yml's nccl_env role names
@@ -62,6 +67,9 @@ def preflight_problems(found, nodes, context):
         if context.get("nccl_env_file") and not record.get("nccl_env_file_found"):
             problems.append(f"{node}: NCCL env: {context['nccl_env_file']}, which the job sources, is missing; "
                             "run provision.yml")
+        gpus = int(context.get("gpus_per_node") or 0)
+        for problem in _gpu_check.gpu_problems(record.get("gpu") or {}, gpus) if gpus else []:
+            problems.append(f"{node}: GPU: {problem}")
         for peer, error in sorted((record.get("reach") or {}).items()):
             if error:
                 problems.append(f"{node} cannot reach {peer} at its {record.get('interface') or 'node'} address within "
@@ -90,6 +98,12 @@ def preflight_rows(found, nodes):
             parts.append(f"CUDA {record['cuda']}")
         if record.get("python"):
             parts.append(record["python"])
+        gpu = record.get("gpu")
+        if gpu:
+            drivers = gpu.get("drivers") or []
+            parts.append(f"driver {drivers[0] if drivers else 'none'}, {len(drivers)} GPUs, torch sees "
+                         f"{gpu.get('device_count', 0)}, CUDA {gpu.get('torch_cuda') or 'none'}, "
+                         f"NCCL {gpu.get('nccl') or 'none'}")
         reach = record.get("reach") or {}
         parts.append(f"sockets {record.get('interface') or '(NCCL chooses)'} {record.get('address')}")
         parts.append(f"reaches {sum(1 for error in reach.values() if not error)} of {len(nodes) - 1} nodes")

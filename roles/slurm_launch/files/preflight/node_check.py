@@ -3,7 +3,8 @@
 that it works where users cannot SSH to compute nodes (pam_slurm_adopt) or cannot reach them.
 
 Each task looks at what a job on its node would use: the CUDA toolkit (nvcc), the training env
-(activated as the job activates it, then `import torch`), the node group's NCCL env file and
+(activated as the job activates it, then `import torch`), on a GPU job the GPUs as the job's own
+check sees them (gpu_check.py: driver, GPU count, torch's CUDA and NCCL), the node group's NCCL env file and
 /etc/nccl.conf read as NCCL reads them, and the node's HCAs and interfaces (the detection of
 provision.yml, nccl_network_facts.py, staged beside this file). Then every node listens on a
 fresh port on the address NCCL's sockets would use and connects to every other one.
@@ -27,6 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nccl_env  # noqa: E402  (roles/nccl_env/filter_plugins/nccl_env.py, staged here)
 import nccl_network_facts  # noqa: E402  (library/nccl_network_facts.py, staged here)
+import gpu_check  # noqa: E402  (files/gpu_check.py, the job's own GPU check, staged here)
 
 BARRIER_TIMEOUT = 120
 
@@ -73,6 +75,30 @@ def check_python(config):
     if rc == 0:
         return {"python": out.strip(), "python_error": ""}
     return {"python": "", "python_error": (err or out).strip()[-200:] or f"exit {rc}"}
+
+
+def check_gpus(config):
+    """What the job's GPU check finds (gpu_check.py --facts), with torch asked in the training env."""
+    if not config.get("gpus_per_node"):
+        return {}
+    program = gpu_check.__file__
+    if config["venv"]:
+        activate, target = 'source "$1/bin/activate"', config["venv"]
+    elif config["conda_env"]:
+        activate, target = 'source "$1/etc/profile.d/conda.sh" && conda activate "$2"', config["conda_root"]
+    else:
+        activate, target = "true", ""
+    prefix = os.path.join(config["conda_root"], "envs", config["conda_env"]) if config["conda_env"] else ""
+    rc, out, err = run(["bash", "-c", f'{activate} && exec python "$3" --facts --cuda-home "$4"', "preflight",
+                        target, prefix, program, config["cuda_home"]])
+    if rc == 0:
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            pass
+    drivers, driver_error = gpu_check.driver_versions()
+    return {"drivers": drivers, "driver_error": driver_error, "cuda_home": config["cuda_home"], "toolkit": None,
+            "toolkit_error": "", "torch_error": (err or out).strip()[-200:] or f"exit {rc}"}
 
 
 def read_settings(path):
@@ -133,6 +159,7 @@ def main():
     found = {"node": node}
     found.update(check_cuda(config["cuda_home"]))
     found.update(check_python(config))
+    found["gpu"] = check_gpus(config)
     conf = read_settings(config["nccl_conf"])
     env_file = read_settings(config["nccl_env_file"]) if config["nccl_env_file"] else {}
     found["nccl_env_file_found"] = env_file is not None
