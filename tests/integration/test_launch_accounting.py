@@ -42,7 +42,10 @@ def accounting_cluster(tmp_path_factory):
         "cluster_name": "acct", "local_cluster_state_dir": str(state), "cluster_nas_root": str(state / "nas"),
         "local_cluster_network": "10.85.0.0/24", "local_cluster_slurmctld_port": 36817,
         "local_cluster_slurmdbd_port": 36819, "local_cluster_mariadb_port": 33306,
-        "cluster_slurm_conf": str(state / "etc" / "slurm.conf"), "cluster_venv": str(venv)})
+        "cluster_slurm_conf": str(state / "etc" / "slurm.conf"), "cluster_venv": str(venv),
+        # Not provisioned: no NCCL env files and no CUDA toolkit, so the jobs source and check none
+        # (a launch would refuse the missing env file; the GPU check, the missing toolkit).
+        "slurm_launch_nccl_env_dir": "", "slurm_launch_cuda_home": ""})
     local_cluster("up", "-i", str(inventory), "--accounting")
     try:
         nas_without_provisioning(state, venv)

@@ -86,6 +86,14 @@ def test_the_nodes_of_a_job_share_one_node_group():
     assert filters.nodes_node_group(["node110"], {"node110": {"nccl_env_group": "g2"}}, GROUPS) == "g2"
 
 
+def test_the_launch_reads_why_the_nodes_have_no_one_node_group_as_a_message():
+    hostvars = {"node110": {}, "node111": {}, "h1": {}}
+    assert filters.nodes_node_group_problem(["node110", "node111"], hostvars, GROUPS) == ""
+    assert filters.nodes_node_group_problem(["node110", "h1"], hostvars, GROUPS) == (
+        "the nodes are not of one node group, so no one NCCL env file fits them: node110 in gpu_A6000; "
+        "h1 in gpu_H100; pick nodes of one group (-e group=GROUP)")
+
+
 @pytest.mark.parametrize(("given", "group", "common", "partition"), [
     ("", "gpu_A6000", ["gpu_A6000", "debug"], "gpu_A6000"),
     ("", "gpu_A6000", ["debug", "gpu_A6000"], "gpu_A6000"),  # the group's, named alike, first

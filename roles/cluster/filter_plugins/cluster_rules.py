@@ -48,6 +48,16 @@ def nodes_node_group(nodes, hostvars, groups):
     return next(iter(found))
 
 
+def nodes_node_group_problem(nodes, hostvars, groups):
+    """Why the nodes have no one node group (nodes_node_group's message), or '' when they have:
+    for an assert's fail_msg, which a user reads without a filter's traceback around it."""
+    try:
+        nodes_node_group(nodes, hostvars, groups)
+    except AnsibleFilterError as exc:
+        return exc.message
+    return ""
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -57,6 +67,7 @@ class FilterModule:
             "cluster_host_node_groups": rules.host_node_groups,
             "cluster_host_node_group": _raising(rules.host_node_group),
             "cluster_nodes_node_group": nodes_node_group,
+            "cluster_nodes_node_group_problem": nodes_node_group_problem,
             "cluster_job_partition": rules.job_partition,
             "cluster_nccl_env_file": _raising(rules.nccl_env_file),
         }
