@@ -633,6 +633,12 @@ def test_read_pci_path_is_empty_for_a_missing_link_or_one_outside_the_pci_tree(t
     assert nccl.read_pci_path(str(tmp_path), str(tmp_path / "missing")) == []
     assert nccl.read_pci_path(str(tmp_path), str(tmp_path / "virtual_link")) == []
     assert nccl.read_pci_path(str(tmp_path), str(tmp_path / "outside_link")) == []
+    # A device-tree ARM host bridge puts its PCI tree under devices/platform/: not read as a
+    # PCI path (the topology is then unknown and NCCL_IB_HCA is left to NCCL).
+    bridge = tmp_path / "devices" / "platform" / "soc" / "1f0000000.pcie" / "pci0000:00" / "0000:00:00.0"
+    (bridge / "0000:01:00.0").mkdir(parents=True)
+    os.symlink(bridge / "0000:01:00.0", tmp_path / "platform_link")
+    assert nccl.read_pci_path(str(tmp_path), str(tmp_path / "platform_link")) == []
 
 
 @pytest.mark.parametrize("hca_path, gpu_path, shared", [
