@@ -124,3 +124,14 @@ def test_every_role_names_the_env_file_through_the_one_filter():
     for path in (ROOT / "roles").rglob("*"):
         if path.is_file() and path.suffix in (".yml", ".py", ".j2"):
             assert "/nccl-' ~" not in path.read_text() and "/nccl-{" not in path.read_text(), path
+
+
+def test_a_host_whose_only_node_group_has_a_bad_name_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"^node1: node group '_h100' is not allowed: "):
+        # A valid Ansible group name (a Python identifier) that no Slurm partition name rule takes.
+        rules.host_node_group("node1", {"all": ["node1"], "ungrouped": [], "compute": ["node1"],
+                                        "_h100": ["node1"]})
+
+
+def test_a_job_outside_its_groups_partition_runs_in_the_first_partition_its_nodes_share():
+    assert rules.job_partition("", "gpu_h100", ["batch", "debug"]) == "batch"

@@ -158,3 +158,11 @@ def test_a_tie_nothing_explains_names_every_side(capsys):
                                              [{}, {}], [{}, {}])
     assert sorted(found) == ["a", "b"]
     assert "every side (a, b) is named" in found["a"][0]
+
+
+@pytest.mark.parametrize("version, warned", [("", True), ("2.18.3", False)])
+def test_a_gid_index_forced_for_an_unknown_nccl_version_is_warned_about(capsys, version, warned):
+    facts = detect(capsys, "hgx_roce_bond", HGX_ADDRESSES, "10.77.0.120", nccl_version=version)
+    warning = ("NCCL version unknown (no nccl_version, none found in env_prefix): NCCL_IB_GID_INDEX is "
+               "forced as NCCL before 2.21 needs it.")
+    assert (warning in facts["warnings"]) is warned

@@ -4,6 +4,7 @@ import errno
 import importlib.util
 import json
 import os
+import socket
 from pathlib import Path
 
 import ansible.module_utils._internal
@@ -590,3 +591,221 @@ def test_an_hca_without_ports_and_attributes_that_are_missing_or_garbage(tmp_pat
     assert nccl.read_sysfs_int(str(tmp_path / "type")) is None
     (tmp_path / "type").write_text("32\n")
     assert nccl.read_sysfs_int(str(tmp_path / "type")) == 32
+
+
+# --- PCI topology, the site proposal and its inputs (the hardware trees' rules, one at a time) ---
+# Stand-in sysfs written the way the kernel lays it out (Documentation/ABI/testing/sysfs-bus-pci):
+# devices/pci<domain>:<bus>/<root port>/<switch ports>.../<function>, each function with class,
+# vendor and numa_node files, listed in bus/pci/devices by a symlink.
+
+RP, SW_UP, SW_DN_A, SW_DN_B = "0000:15:01.0", "0000:16:00.0", "0000:17:00.0", "0000:17:01.0"
+
+
+def pci_function(root, path, pci_class, vendor, numa_node=0):
+    device = root / "devices" / "pci0000:15" / path
+    device.mkdir(parents=True)
+    (device / "class").write_text(pci_class + "\n")
+    (device / "vendor").write_text(vendor + "\n")
+    (device / "numa_node").write_text(f"{numa_node}\n")
+    listed = root / "bus" / "pci" / "devices"
+    listed.mkdir(parents=True, exist_ok=True)
+    os.symlink(os.path.relpath(device, listed), listed / Path(path).name)
+    return device
+
+
+def test_read_gpus_keeps_nvidia_3d_and_vga_controllers_only(tmp_path):
+    # A BMC's ASPEED VGA (vendor 0x1a03) and an NVSwitch (NVIDIA, class 0x0680 bridge) are no GPU.
+    pci_function(tmp_path, "0000:02:00.0/0000:03:00.0", "0x030000", "0x1a03")
+    pci_function(tmp_path, f"{RP}/{SW_UP}/{SW_DN_A}/0000:18:00.0", "0x030200", "0x10de", 0)
+    pci_function(tmp_path, f"{RP}/{SW_UP}/{SW_DN_B}/0000:19:00.0", "0x068000", "0x10de", 0)
+    pci_function(tmp_path, "0000:9a:01.0/0000:9b:00.0", "0x030000", "0x10DE", 1)
+    assert nccl.read_gpus(str(tmp_path)) == [
+        {"pci_address": "0000:18:00.0", "pci_path": [RP, SW_UP, SW_DN_A, "0000:18:00.0"], "numa_node": 0},
+        {"pci_address": "0000:9b:00.0", "pci_path": ["0000:9a:01.0", "0000:9b:00.0"], "numa_node": 1},
+    ]
+
+
+def test_read_pci_path_is_empty_for_a_missing_link_or_one_outside_the_pci_tree(tmp_path):
+    (tmp_path / "devices" / "virtual" / "net" / "lo").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink("../devices/virtual/net/lo", tmp_path / "virtual_link")
+    os.symlink("elsewhere", tmp_path / "outside_link")
+    assert nccl.read_pci_path(str(tmp_path), str(tmp_path / "missing")) == []
+    assert nccl.read_pci_path(str(tmp_path), str(tmp_path / "virtual_link")) == []
+    assert nccl.read_pci_path(str(tmp_path), str(tmp_path / "outside_link")) == []
+    # A device-tree ARM host bridge puts its PCI tree under devices/platform/: not read as a
+    # PCI path (the topology is then unknown and NCCL_IB_HCA is left to NCCL).
+    bridge = tmp_path / "devices" / "platform" / "soc" / "1f0000000.pcie" / "pci0000:00" / "0000:00:00.0"
+    (bridge / "0000:01:00.0").mkdir(parents=True)
+    os.symlink(bridge / "0000:01:00.0", tmp_path / "platform_link")
+    assert nccl.read_pci_path(str(tmp_path), str(tmp_path / "platform_link")) == []
+
+
+@pytest.mark.parametrize("hca_path, gpu_path, shared", [
+    # PIX: the same switch's downstream port.
+    ([RP, SW_UP, SW_DN_A, "0000:18:00.0"], [RP, SW_UP, SW_DN_A, "0000:18:00.1"], True),
+    # PXB: two downstream ports of one switch.
+    ([RP, SW_UP, SW_DN_A, "0000:18:00.0"], [RP, SW_UP, SW_DN_B, "0000:19:00.0"], True),
+    # PHB: only the root port in common.
+    ([RP, "0000:16:00.0"], [RP, "0000:16:00.1"], False),
+    # Different root ports (NODE/SYS).
+    ([RP, SW_UP, "0000:18:00.0"], ["0000:9a:01.0", "0000:9b:00.0", "0000:9c:00.0"], False),
+    # A path that ends inside the other is a bridge above the device, not a sibling of it.
+    ([RP, SW_UP], [RP, SW_UP, SW_DN_A, "0000:18:00.0"], False),
+    ([], [RP, SW_UP, SW_DN_A, "0000:18:00.0"], False),
+])
+def test_shares_pcie_switch(hca_path, gpu_path, shared):
+    assert nccl.shares_pcie_switch(hca_path, gpu_path) is shared
+
+
+def hca(name, path, *ports):
+    return {"name": name, "pci_path": path, "ports": list(ports)}
+
+
+def port(link_layer, active=True, number=1, gids=()):
+    return {"port": number, "state": "ACTIVE" if active else "DOWN", "active": active,
+            "link_layer": link_layer, "gids": list(gids)}
+
+
+GPU = {"pci_address": "0000:18:00.0", "pci_path": [RP, SW_UP, SW_DN_A, "0000:18:00.0"], "numa_node": 0}
+
+
+def test_the_compute_fabric_is_the_link_layer_most_gpu_local_ports_have():
+    hcas = [hca(f"mlx5_{n}", [RP, SW_UP, SW_DN_B, f"0000:19:00.{n}"], port("InfiniBand")) for n in range(3)]
+    hcas.append(hca("mlx5_3", [RP, SW_UP, SW_DN_B, "0000:19:00.3"], port("Ethernet")))
+    ports, reason = nccl.compute_fabric(hcas, [GPU])
+    assert reason is None
+    assert [name for name, _port in ports] == ["mlx5_0", "mlx5_1", "mlx5_2"]
+
+
+def test_the_compute_fabric_is_unknown_without_a_gpu_local_hca_or_a_readable_link_layer():
+    far = [hca("mlx5_0", ["0000:9a:01.0", "0000:9b:00.0"], port("InfiniBand"))]
+    assert nccl.compute_fabric(far, [GPU]) == ([], "no HCA shares a PCIe switch with a GPU (or their PCI "
+                                                   "paths are unreadable); NCCL_IB_HCA left unset (NCCL chooses)")
+    near = [hca("mlx5_0", [RP, SW_UP, SW_DN_B, "0000:19:00.0"], port(None))]
+    assert nccl.compute_fabric(near, [GPU]) == ([], "the GPU-local HCAs' link layers are unreadable; "
+                                                    "NCCL_IB_HCA left unset (NCCL chooses)")
+
+
+def roce_rail(name, function, index, active=True):
+    gid = {"index": index, "gid": "0000:0000:0000:0000:0000:ffff:0a28:0078", "type": "RoCE v2",
+           "ndev": "bond0"}
+    return hca(name, [RP, SW_UP, SW_DN_B, f"0000:19:00.{function}"], port("Ethernet", active, gids=[gid]))
+
+
+@pytest.mark.parametrize("version, gid_index", [("2.21.0", None), ("2.20.5", "3"), ("2.18.3", "3")])
+def test_the_gid_index_is_forced_only_before_nccl_2_21(version, gid_index):
+    proposed, _warnings, reasons, _faults = nccl.propose_site_settings(
+        [roce_rail("mlx5_bond_0", 0, 3)], [GPU], [], [], "RoCE v2", nccl_version=version)
+    assert proposed.get("NCCL_IB_GID_INDEX") == gid_index
+    assert proposed["NCCL_IB_HCA"] == "=mlx5_bond_0:1"
+    assert reasons["NCCL_IB_HCA"] == ("the Ethernet ports of the HCAs that share a PCIe switch with a GPU "
+                                      "(the compute fabric)")
+    if gid_index:
+        assert reasons["NCCL_IB_GID_INDEX"] == (f"the RoCE v2 GID index every compute RoCE port has, for "
+                                                f"NCCL {version}, which takes one index for all ports")
+
+
+def test_an_unknown_nccl_version_gets_the_gid_index_and_says_why():
+    proposed, _warnings, reasons, _faults = nccl.propose_site_settings(
+        [roce_rail("mlx5_bond_0", 0, 3)], [GPU], [], [], "RoCE v2")
+    assert proposed["NCCL_IB_GID_INDEX"] == "3"
+    assert reasons["NCCL_IB_GID_INDEX"].endswith(
+        "an NCCL of unknown version (give nccl_version: 2.21 and later choose per port)")
+
+
+def test_rails_that_disagree_on_the_gid_index_leave_it_unset_with_a_warning():
+    proposed, warnings, reasons, _faults = nccl.propose_site_settings(
+        [roce_rail("mlx5_bond_0", 0, 3), roce_rail("mlx5_bond_1", 1, 1)], [GPU], [], [], "RoCE v2",
+        nccl_version="2.18.3")
+    assert "NCCL_IB_GID_INDEX" not in proposed
+    assert reasons["NCCL_IB_GID_INDEX"] == ("the compute RoCE ports have no one GID index of type RoCE v2 "
+                                            "and this NCCL takes one for all; left unset")
+    assert warnings[0].startswith("Active RoCE ports disagree on the RoCE v2 GID index")
+
+
+def test_a_fabric_whose_every_port_is_down_is_said_so():
+    proposed, _warnings, reasons, faults = nccl.propose_site_settings(
+        [roce_rail("mlx5_bond_0", 0, 3, active=False)], [GPU], [], [], "RoCE v2", nccl_version="2.21.5")
+    assert "NCCL_IB_HCA" not in proposed
+    assert reasons["NCCL_IB_HCA"] == "no port of the GPU-local HCAs is active"
+    assert faults == ["mlx5_bond_0:1 is a compute rail (its HCA shares a PCIe switch with a GPU) but its "
+                      "port is DOWN, not ACTIVE"]
+
+
+def up(name, *addresses):
+    return {"name": name, "operstate": "up", "type": 1, "virtual": False, "mtu": 1500, "ipv4": list(addresses)}
+
+
+def test_two_interfaces_in_the_cluster_network_leave_the_socket_interface_to_the_admin():
+    interfaces = [up("eno1", "10.77.0.110"), up("eno2", "10.77.0.111")]
+    assert nccl.cluster_interface(interfaces, [], None, "10.77.0.0/24") == (None, (
+        "eno1, eno2 all have addresses in the cluster network 10.77.0.0/24; NCCL_SOCKET_IFNAME left "
+        "unset: name one in nccl_env_overrides"))
+    assert nccl.cluster_interface(interfaces[:1], [], None, "10.77.0.0/24") == (
+        "eno1", "its address is in the cluster network 10.77.0.0/24")
+
+
+def test_a_cluster_cidr_written_with_the_nodes_own_address_is_its_network(capsys):
+    # 10.77.0.110/24 as `ip addr` prints it: the network is 10.77.0.0/24.
+    facts = run_module(capsys, sysfs_root=sysfs("ib_single"), ipv4_addresses=IPV4_ADDRESSES["ib_single"],
+                       cluster_cidr="10.1.0.11/24")["ansible_facts"]["nccl_network"]
+    assert facts["proposed"]["NCCL_SOCKET_IFNAME"] == "=ib0"
+
+
+def write_conda_record(prefix, name, content):
+    (prefix / "conda-meta").mkdir(parents=True, exist_ok=True)
+    (prefix / "conda-meta" / name).write_text(content)
+
+
+def test_unreadable_conda_records_are_skipped_for_the_next_one(tmp_path):
+    # conda-meta/<name>-<version>-<build>.json; a directory, broken JSON, a list and a record
+    # without a version come first in sorted order and are passed over.
+    (tmp_path / "conda-meta" / "nccl-2.1.0-a_0.json").mkdir(parents=True)
+    write_conda_record(tmp_path, "nccl-2.10.0-a_0.json", "{broken")
+    write_conda_record(tmp_path, "nccl-2.11.0-a_0.json", "[]")
+    write_conda_record(tmp_path, "nccl-2.12.0-a_0.json", json.dumps({"name": "nccl", "version": "unknown"}))
+    write_conda_record(tmp_path, "nccl-2.21.5.1-h3a97aeb_0.json", json.dumps({"name": "nccl", "version": "2.21.5.1"}))
+    assert nccl.nccl_version_from_env(str(tmp_path)) == "2.21.5.1"
+
+
+def test_a_pip_wheel_without_a_version_is_skipped_for_the_next_one(tmp_path):
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    (site / "nvidia_nccl_cu11-dev.dist-info").mkdir(parents=True)
+    (site / "nvidia_nccl_cu12-2.18.3.dist-info").mkdir()
+    assert nccl.nccl_version_from_env(str(tmp_path)) == "2.18.3"
+    assert nccl.nccl_version_from_env("") is None
+
+
+@pytest.mark.parametrize("text, version", [("2.21.5", (2, 21, 5)), ("2.21", (2, 21, 0)),
+                                           ("2.18.3-1", (2, 18, 3)), ("cuda12", None)])
+def test_parse_nccl_version(text, version):
+    assert nccl.parse_nccl_version(text) == version
+
+
+def test_the_module_reports_the_nccl_version_it_was_given_or_found(capsys, tmp_path):
+    write_conda_record(tmp_path, "nccl-2.18.3-h1_0.json", json.dumps({"name": "nccl", "version": "2.18.3"}))
+    given = run_module(capsys, sysfs_root=sysfs("ib_single"), nccl_version="2.21.5")
+    found = run_module(capsys, sysfs_root=sysfs("ib_single"), env_prefix=str(tmp_path))
+    assert given["ansible_facts"]["nccl_network"]["nccl_version"] == "2.21.5"
+    assert found["ansible_facts"]["nccl_network"]["nccl_version"] == "2.18.3"
+
+
+# Stand-in for getaddrinfo(name, None, AF_INET) (getaddrinfo(3)): without a socket type it lists
+# each address once per type (stream, datagram, raw); here a name with two addresses.
+def fake_getaddrinfo(host, port, family):
+    assert family == socket.AF_INET
+    if host != "dgx1.cluster":
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    return [(socket.AF_INET, kind, proto, "", (address, 0))
+            for address in ("10.77.0.110", "10.20.41.110")
+            for kind, proto in ((socket.SOCK_STREAM, 6), (socket.SOCK_DGRAM, 17), (socket.SOCK_RAW, 0))]
+
+
+def test_resolve_cluster_address_takes_the_first_address_a_name_resolves_to(monkeypatch):
+    monkeypatch.setattr(nccl.socket, "getaddrinfo", fake_getaddrinfo)
+    assert nccl.resolve_cluster_address("dgx1.cluster") == "10.77.0.110"
+    assert nccl.resolve_cluster_address("10.77.0.110") == "10.77.0.110"
+    assert nccl.resolve_cluster_address("") is None
+    with pytest.raises(ValueError, match="cluster_address 'dgx9' is neither an IPv4 address nor a host name"):
+        nccl.resolve_cluster_address("dgx9")

@@ -89,3 +89,27 @@ def test_collected_jobs_are_the_users_with_their_folder(tmp_path):
     jobs = runs.collected_jobs(paths, texts, "alice")
     assert [(job["job_id"], job["outputs"]) for job in jobs] == [(1, "/ctl/outputs/train_ddp-1"), (4, "/ctl/outputs/train_ddp-4")]
     assert len(runs.collected_jobs(paths, texts)) == 3
+
+
+@pytest.mark.parametrize("elapsed, shown", [("1-02:03:04", "26:03:04"), ("2:03:04", "2:03:04"), ("59:59", "59:59"),
+                                            ("3:04", "3:04"), ("INVALID", "-")])
+def test_squeues_elapsed_is_shown_as_hours_minutes_seconds(elapsed, shown):
+    # squeue's %M: days-hours:minutes:seconds, the leading parts left out while they are zero.
+    row = runs.jobs_table([squeued(11, elapsed=elapsed)], [])[1].split()
+    assert row[3:6] == ["RUNNING", "-", "node[110-111]"] and row[6] == shown
+
+
+def test_a_job_without_a_reason_is_shown_by_its_state_alone():
+    # parse_my_jobs gives reason None where squeue prints "None" (a job that ends: COMPLETING).
+    row = runs.jobs_table([squeued(11, "COMPLETING")], [])[1].split()
+    assert row[3:5] == ["COMPLETING", "-"]
+
+
+def test_a_finished_job_without_its_elapsed_time_shows_a_dash():
+    row = runs.jobs_table([], [finished(10, elapsed_seconds=None)])[1].split()
+    assert row[4:8] == ["0", "node110,node111", "-", "0"]
+
+
+def test_broken_records_and_array_tasks_before_good_ones_leave_the_good_ones_shown():
+    lines = runs.jobs_table([{**squeued(8), "job_id": "7_[1-3]"}, squeued(11)], [{"job_id": "x"}, finished(10)])
+    assert [line.split()[0] for line in lines[1:]] == ["11", "10"]
