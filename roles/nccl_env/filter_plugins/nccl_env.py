@@ -223,6 +223,23 @@ def nccl_env_group_problems(names, node_groups, settings, networks, overrides=No
     return problems
 
 
+def nccl_env_cluster_addresses(nodes, hostvars):
+    """{node: its cluster address} as this role's default takes it on the node itself
+    (nccl_env_cluster_address, else ansible_host, else the inventory name), for a play that runs
+    elsewhere (the preflight, on the submit host)."""
+    found = {}
+    for node in nodes:
+        own = hostvars.get(node) or {}
+        found[node] = str(own.get("nccl_env_cluster_address") or own.get("ansible_host") or node)
+    return found
+
+
+def nccl_env_node_overrides(nodes, hostvars, name="nccl_env_overrides"):
+    """{node: its inventory dict ``name``} (nccl_env_overrides or nccl_env_host_overrides; {} where
+    unset), for a play that runs elsewhere (the preflight, on the submit host)."""
+    return {node: dict((hostvars.get(node) or {}).get(name) or {}) for node in nodes}
+
+
 def nccl_env_read(text):
     """{KEY: value} from an nccl.conf (KEY=value) or an env file (export KEY='value'); comments skipped."""
     settings = {}
@@ -239,25 +256,34 @@ def nccl_env_read(text):
     return settings
 
 
-def nccl_env_socket_address(settings, network):
-    """The IPv4 address NCCL's sockets use on this node: the first up interface that
-    NCCL_SOCKET_IFNAME selects; None when it is unset or excludes (NCCL then chooses)."""
+def nccl_env_socket_interface(settings, network):
+    """(interface, IPv4 address) NCCL's sockets use on this node: the first up interface with an
+    address that NCCL_SOCKET_IFNAME selects (=eth0 selects eth0 exactly, eth a prefix);
+    (None, None) when it is unset or excludes (NCCL then chooses) or nothing matches."""
     if not (settings or {}).get("NCCL_SOCKET_IFNAME"):
-        return None
+        return None, None
     exclude, exact, entries = _list_entries(settings["NCCL_SOCKET_IFNAME"])
     if exclude:
-        return None
+        return None, None
     for entry in entries:
         for iface in (network or {}).get("interfaces", []):
             if _matches(entry, [iface["name"]], exact) and iface.get("ipv4") and interface_is_up(iface):
-                return iface["ipv4"][0]
-    return None
+                return iface["name"], iface["ipv4"][0]
+    return None, None
 
 
-def nccl_env_check_problems(names, node_groups, conf_settings, job_settings, networks, conf_path="/etc/nccl.conf"):
+def nccl_env_socket_address(settings, network):
+    """The IPv4 address of nccl_env_socket_interface; None when NCCL chooses."""
+    return nccl_env_socket_interface(settings, network)[1]
+
+
+def nccl_env_check_problems(names, node_groups, conf_settings, job_settings, networks, conf_path="/etc/nccl.conf",
+                            overrides=None, host_overrides=None):
     """A preflight's view of the written NCCL settings: what each node's nccl.conf says and what a
     job (nccl.conf, then the group's env file over it) uses, each against the node's hardware
-    and the other nodes of its group. A node without an nccl.conf (None) is named once."""
+    and the other nodes of its group. A node without an nccl.conf (None) is named once.
+    overrides, host_overrides: each node's inventory overrides, which name the odd node as
+    provision.yml does."""
     problems = []
     missing = [name for name, conf in zip(names, conf_settings) if conf is None]
     problems += [f"{name}: {conf_path} is missing (NCCL reads it on every node); run provision.yml" for name in missing]
@@ -267,7 +293,9 @@ def nccl_env_check_problems(names, node_groups, conf_settings, job_settings, net
             (f"in {conf_path}; provision.yml writes it anew", conf_settings, present),
             (f"as a job reads it: {conf_path} with the group's env file over it", job_settings, range(len(names)))):
         found = nccl_env_group_problems([names[i] for i in indexes], [node_groups[i] for i in indexes],
-                                        [settings[i] for i in indexes], [networks[i] for i in indexes])
+                                        [settings[i] for i in indexes], [networks[i] for i in indexes],
+                                        [(overrides or [{}] * len(names))[i] for i in indexes],
+                                        [(host_overrides or [{}] * len(names))[i] for i in indexes])
         problems += [f"{problem} ({where})" for problem in found if problem not in seen]
         seen.update(found)
     return problems
@@ -283,6 +311,8 @@ class FilterModule:
             "nccl_env_group_problems": nccl_env_group_problems,
             "nccl_env_group_outliers": nccl_env_group_outliers,
             "nccl_env_read": nccl_env_read,
+            "nccl_env_cluster_addresses": nccl_env_cluster_addresses,
+            "nccl_env_node_overrides": nccl_env_node_overrides,
             "nccl_env_socket_address": nccl_env_socket_address,
             "nccl_env_check_problems": nccl_env_check_problems,
         }
