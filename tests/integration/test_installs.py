@@ -1,5 +1,6 @@
 """Installs that running jobs survive, on the default local cluster (inventory/local), as users
-meet them: `module load cuda/11.8` in a login shell on a node right after provisioning, and a
+meet them: `module load cuda/11.8` in a login shell on a node right after provisioning (under
+Lmod, the nodes' module system), and a
 conda env switched by provision.yml while a job that imports from it runs (the job finishes
 COMPLETED on the env it started with; the next job gets the new one). The CUDA toolkit and
 Miniforge are the project's stand-ins (tests/standins/), as everywhere on the local cluster."""
@@ -59,10 +60,13 @@ def env_activation(cluster):
 def test_module_load_cuda_works_in_a_login_shell_on_a_node_right_after_provisioning(cluster):
     # Nothing but provision.yml (the session fixture) ran: no `module use` by hand.
     proc = as_alice(cluster, "srun -p gpu_A6000 -N1 -w node110 bash -lc "
-                             "'module -t avail 2>&1 && module load cuda/11.8 && which nvcc && nvcc --version'")
+                             "'module --version 2>&1 | grep -o \"Modules based on Lua\" && module -t avail 2>&1 && "
+                             "module load cuda/11.8 && which nvcc && nvcc --version'")
     lines = proc.stdout.splitlines()
-    # environment-modules' terse listing: the directory, then its modules (the default marked).
-    assert "/starmap/nas/modulefiles:" in lines and "cuda/11.8(default)" in lines, proc.stdout + proc.stderr
+    assert lines[0] == "Modules based on Lua", proc.stdout + proc.stderr
+    # Lmod's terse listing (the nodes' module system, Debian's lmod: scripts/install-deps): the
+    # NAS directory first, then its modules, read from the Tcl module file roles/cuda_toolkit wrote.
+    assert lines[1:4] == ["/starmap/nas/modulefiles:", "cuda/", "cuda/11.8"], proc.stdout + proc.stderr
     assert "/starmap/nas/cuda/cuda-11.8/bin/nvcc" in lines, proc.stdout + proc.stderr
     assert "Cuda compilation tools, release 11.8, V11.8.89" in lines
     # The same for a user's plain `module load cuda` (the cluster's default version).

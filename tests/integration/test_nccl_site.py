@@ -68,7 +68,7 @@ def test_a_node_with_a_host_override_its_group_lacks_is_named_and_left_out(clust
     inventory = tmp_path / "inventory"
     shutil.copytree(cluster.inventory, inventory)
     (inventory / "host_vars").mkdir(exist_ok=True)
-    (inventory / "host_vars" / "node111.yml").write_text(f"nccl_env_overrides:\n  NCCL_SOCKET_IFNAME: \"={EXTRA}\"\n")
+    (inventory / "host_vars" / "node111.yml").write_text(f"nccl_env_host_overrides:\n  NCCL_SOCKET_IFNAME: \"={EXTRA}\"\n")
     before = {node: nccl_conf(cluster, node) for node in ("node110", "node111")}
     try:
         # Drained from the controller, where this cluster's Slurm commands run (SLURM_CONF).
@@ -85,7 +85,7 @@ def test_a_node_with_a_host_override_its_group_lacks_is_named_and_left_out(clust
     counts = play_recap(proc.stdout)
     assert (counts["node110"]["failed"], counts["node111"]["failed"]) == (0, 1), proc.stdout[-4000:]
     assert ("NCCL_SOCKET_IFNAME differs between its nodes (node110==eth0, node111==stor0); node111 is the odd "
-            "one: its nccl_env_overrides sets NCCL_SOCKET_IFNAME==stor0, which the rest of its group does not "
+            "one: its nccl_env_host_overrides sets NCCL_SOCKET_IFNAME==stor0, which the rest of its group does not "
             "share") in proc.stdout, proc.stdout[-4000:]
     assert "Leaving node111 out of this run" in proc.stdout
     assert "Leaving node110 out" not in proc.stdout and "node110 is the odd one" not in proc.stdout

@@ -40,8 +40,10 @@ def test_a_provisioned_cluster_passes_and_reports_the_all_reduce_bandwidth(clust
     for node, address in (("node110", "10.77.0.110"), ("node111", "10.77.0.111")):
         row = re.search(rf"^{node}\s+(.*)$", summary, re.M).group(1)
         assert "CUDA release 11.8" in row and "/envs/magicdrivedit/bin/python" in row, row
-        # The interface as NCCL_SOCKET_IFNAME names it: "=" asks for that name exactly.
-        assert f"sockets =eth0 {address}" in row and "reaches 1 of 1 nodes" in row, row
+        # The interface as `ip addr` names it, then the setting as /etc/nccl.conf spells it ("="
+        # asks NCCL for that name exactly).
+        assert f"sockets eth0 {address} (NCCL_SOCKET_IFNAME==eth0)" in row and "reaches 1 of 1 nodes" in row, row
+        assert "NCCL_SOCKET_IFNAME==eth0\n" in cluster.ssh(node, "cat /etc/nccl.conf").stdout
     assert re.search(r"^all-reduce\s+job \d+ COMPLETED, 2 ranks on node110,node111, gloo", summary, re.M), summary
     figures = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)$", summary, re.M)
     assert [int(size) for size, *_ in figures] == [4096, 1048576], summary

@@ -225,3 +225,44 @@ def test_loopback_is_never_the_socket_address_and_the_primary_address_is():
         {"name": "eth0", "operstate": "up", "type": 1, "ipv4": ["10.0.0.5", "10.0.0.6"]}]}
     assert nccl_env.nccl_env_socket_address({"NCCL_SOCKET_IFNAME": "lo"}, network) is None
     assert nccl_env.nccl_env_socket_address({"NCCL_SOCKET_IFNAME": "lo,eth"}, network) == "10.0.0.5"
+
+
+# nccl_env_host_overrides: a host's own settings, merged key by key over its group's
+# nccl_env_overrides (a host_vars nccl_env_overrides would replace the group's whole dict).
+GROUP_OVERRIDES = {"NCCL_IB_TC": "106", "NCCL_DEBUG": "WARN"}
+
+
+def test_a_hosts_overrides_merge_over_its_groups_key_by_key():
+    merged = nccl_env.nccl_env_merge({"NCCL_IB_DISABLE": "0", "NCCL_SOCKET_IFNAME": "=eth0"},
+                                     {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}, GROUP_OVERRIDES,
+                                     {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "=ens1f0"})
+    # The group's NCCL_IB_TC stays; the host's NCCL_DEBUG and interface win over the group and detection.
+    assert merged == {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "0", "NCCL_IB_TC": "106",
+                      "NCCL_SOCKET_IFNAME": "=ens1f0", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    assert nccl_env.nccl_env_overrides_of(GROUP_OVERRIDES, None) == GROUP_OVERRIDES
+    assert nccl_env.nccl_env_overrides_of(None, {"NCCL_DEBUG": "INFO"}) == {"NCCL_DEBUG": "INFO"}
+    # The group's dict is not changed in place (it is every other node's too).
+    assert GROUP_OVERRIDES == {"NCCL_IB_TC": "106", "NCCL_DEBUG": "WARN"}
+
+
+def test_a_host_override_that_sets_what_its_group_has_leaves_no_one_out():
+    # c2's detection found no cluster interface; its host override names the one the group uses.
+    settings = [nccl_env.nccl_env_merge({"NCCL_SOCKET_IFNAME": "=eth0"}, {}, GROUP_OVERRIDES),
+                nccl_env.nccl_env_merge({}, {}, GROUP_OVERRIDES, {"NCCL_SOCKET_IFNAME": "=eth0"})]
+    assert settings[0] == settings[1] == {"NCCL_DEBUG": "WARN", "NCCL_IB_TC": "106", "NCCL_SOCKET_IFNAME": "=eth0"}
+    up = {"interfaces": [{"name": "eth0", "operstate": "up", "ipv4": ["10.0.0.1"]}]}
+    assert nccl_env.nccl_env_group_outliers(["c1", "c2"], ["gpu", "gpu"], settings, [up, up],
+                                            [GROUP_OVERRIDES, GROUP_OVERRIDES],
+                                            [{}, {"NCCL_SOCKET_IFNAME": "=eth0"}]) == {}
+
+
+def test_a_host_override_its_group_lacks_names_that_host_and_the_variable():
+    host = {"NCCL_DEBUG": "INFO"}
+    settings = [nccl_env.nccl_env_merge({}, {}, GROUP_OVERRIDES), nccl_env.nccl_env_merge({}, {}, GROUP_OVERRIDES, host)]
+    found = nccl_env.nccl_env_group_outliers(["c1", "c2"], ["gpu", "gpu"], settings, [{}, {}],
+                                             [GROUP_OVERRIDES, GROUP_OVERRIDES], [{}, host])
+    assert found == {"c2": ["group gpu: NCCL_DEBUG differs between its nodes (c1=WARN, c2=INFO); c2 is the odd one: "
+                            "its nccl_env_host_overrides sets NCCL_DEBUG=INFO, which the rest of its group does not "
+                            "share"]}
+    # The group's key it shares is no suspect: NCCL_IB_TC is named nowhere.
+    assert "NCCL_IB_TC" not in found["c2"][0]

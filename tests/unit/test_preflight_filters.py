@@ -167,3 +167,55 @@ def test_a_gpu_mismatch_is_a_problem_of_its_node_only_on_a_gpu_job():
     fewer = preflight.preflight_problems([record("n1", gpu=gpu(device_count=1))], ["n1"],
                                          {**context, "node_groups": ["g"]})
     assert fewer and fewer[0].startswith("n1: GPU: torch sees 1 GPUs, the job asked for 2 per node")
+
+
+def test_a_host_override_names_its_node_as_the_odd_one_as_provision_does():
+    # n2's nccl.conf was written from its own nccl_env_host_overrides; n1 has the group's value.
+    found = [record("n1", conf={"NCCL_DEBUG": "WARN"}, job={"NCCL_DEBUG": "WARN"}),
+             record("n2", conf={"NCCL_DEBUG": "INFO"}, job={"NCCL_DEBUG": "WARN"})]
+    context = {**CONTEXT, "node_groups": ["g", "g"], "nccl_overrides": {"n1": {"NCCL_DEBUG": "WARN"},
+                                                                      "n2": {"NCCL_DEBUG": "WARN"}},
+               "nccl_host_overrides": {"n2": {"NCCL_DEBUG": "INFO"}}}
+    problems = preflight.preflight_problems(found, ["n1", "n2"], context)
+    assert problems == ["group g: NCCL_DEBUG differs between its nodes (n1=WARN, n2=INFO); n2 is the odd one: its "
+                        "nccl_env_host_overrides sets NCCL_DEBUG=INFO, which the rest of its group does not share "
+                        "(in /etc/nccl.conf; provision.yml writes it anew)"]
+    # Without the inventory's overrides a two-node tie names both sides.
+    tie = preflight.preflight_problems(found, ["n1", "n2"], {**CONTEXT, "node_groups": ["g", "g"]})
+    assert len(tie) == 1 and "every side (n1, n2) is named" in tie[0], tie
+
+
+def test_the_nodes_cluster_addresses_and_overrides_are_read_as_the_nccl_env_role_reads_them():
+    nccl_env = preflight._nccl_env
+    hostvars = {"n1": {"ansible_host": "10.0.0.1"}, "n2": {"nccl_env_cluster_address": "n2.cluster",
+                                                             "ansible_host": "192.168.1.2"}, "n3": {},
+                "n4": {"nccl_env_host_overrides": {"NCCL_DEBUG": "INFO"}}}
+    assert nccl_env.nccl_env_cluster_addresses(["n1", "n2", "n3"], hostvars) == {
+        "n1": "10.0.0.1", "n2": "n2.cluster", "n3": "n3"}
+    assert nccl_env.nccl_env_node_overrides(["n3", "n4"], hostvars, "nccl_env_host_overrides") == {
+        "n3": {}, "n4": {"NCCL_DEBUG": "INFO"}}
+    assert nccl_env.nccl_env_node_overrides(["n4"], hostvars) == {"n4": {}}
+
+
+def test_a_row_names_the_interface_as_ip_shows_it_and_the_setting_as_nccl_conf_spells_it():
+    # node_check.py's record: the interface NCCL_SOCKET_IFNAME selects, and the setting as read.
+    found = [record("n1", interface="eth0", socket_ifname="=eth0"),
+             record("n2", interface="eth0", socket_ifname="eth"),
+             record("n3", interface="", socket_ifname="^docker")]
+    rows = {row["node"]: row["checks"] for row in preflight.preflight_rows(found, ["n1", "n2", "n3"])}
+    assert "; sockets eth0 10.0.0.1 (NCCL_SOCKET_IFNAME==eth0); " in rows["n1"], rows
+    assert "; sockets eth0 10.0.0.2 (NCCL_SOCKET_IFNAME=eth); " in rows["n2"], rows
+    assert "; sockets (NCCL chooses) 10.0.0.3 (NCCL_SOCKET_IFNAME=^docker); " in rows["n3"], rows
+
+
+def test_the_interface_a_socket_setting_selects():
+    nccl_env = preflight._nccl_env
+    network = {"interfaces": [{**ETH0, "name": "eth01", "ipv4": ["10.9.0.1"]}, ETH0,
+                              {**ETH0, "name": "eth1", "operstate": "down", "ipv4": ["10.8.0.1"]}]}
+    assert nccl_env.nccl_env_socket_interface({"NCCL_SOCKET_IFNAME": "=eth0"}, network) == ("eth0", "10.0.0.1")
+    # Without "=" a prefix: eth01 comes first and matches.
+    assert nccl_env.nccl_env_socket_interface({"NCCL_SOCKET_IFNAME": "eth0"}, network) == ("eth01", "10.9.0.1")
+    assert nccl_env.nccl_env_socket_interface({"NCCL_SOCKET_IFNAME": "=eth1"}, network) == (None, None)
+    assert nccl_env.nccl_env_socket_interface({"NCCL_SOCKET_IFNAME": "^eth1"}, network) == (None, None)
+    assert nccl_env.nccl_env_socket_interface({}, network) == (None, None)
+    assert nccl_env.nccl_env_socket_address({"NCCL_SOCKET_IFNAME": "=eth0"}, network) == "10.0.0.1"

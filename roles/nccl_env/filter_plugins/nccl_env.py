@@ -44,12 +44,20 @@ def _text(value):
     return str(value)
 
 
-def nccl_env_merge(proposed, base, overrides):
-    """base < detected < inventory overrides. With IB disabled (sockets only), the detected IB
-    settings are dropped: they would only confuse a reader; an override is kept as given."""
+def nccl_env_overrides_of(overrides, host_overrides=None):
+    """A node's inventory overrides: its group's nccl_env_overrides with its own
+    nccl_env_host_overrides merged over them, key by key (Ansible would replace the whole dict
+    of a group by a host's dict of the same name, dropping the group's other keys)."""
+    return {**(overrides or {}), **(host_overrides or {})}
+
+
+def nccl_env_merge(proposed, base, overrides, host_overrides=None):
+    """base < detected < nccl_env_overrides < nccl_env_host_overrides. With IB disabled (sockets
+    only), the detected IB settings are dropped: they would only confuse a reader; an override is
+    kept as given."""
     settings = {key: _text(value) for key, value in (base or {}).items()}
     detected = {key: _text(value) for key, value in (proposed or {}).items()}
-    wanted = {key: _text(value) for key, value in (overrides or {}).items()}
+    wanted = {key: _text(value) for key, value in nccl_env_overrides_of(overrides, host_overrides).items()}
     settings.update(detected)
     settings.update(wanted)
     if settings.get("NCCL_IB_DISABLE") == "1":
@@ -134,30 +142,36 @@ def _hardware_problems(node):
     return problems
 
 
-def _suspects(members, key, overrides):
+def _suspects(members, key, overrides, host_overrides):
     """{node: why} for the nodes whose own findings make them the likely odd one out on key:
     their detection reports a fault of their own hardware, or their value comes from an
-    nccl_env_overrides entry the rest of the group does not share (a host override)."""
+    inventory override the rest of the group does not share (nccl_env_host_overrides, or an
+    nccl_env_overrides of its own)."""
     found = {}
     for node in members:
         faults = (node.get("network") or {}).get("faults") or []
         if faults:
             found[node["name"]] = f"its own detection reports: {'; '.join(faults)}"
-    given = {node["name"]: _text(overrides[node["name"]][key]) for node in members
-             if key in (overrides.get(node["name"]) or {})}
-    if given and (len(given) < len(members) or len(set(given.values())) > 1):
-        for name, value in given.items():
-            found.setdefault(name, f"its nccl_env_overrides sets {key}={value}, which the rest of its "
-                                   "group does not share")
+    # A host's own override of a key is the departure from its group, whatever the group's
+    # nccl_env_overrides say; without one, an nccl_env_overrides the group does not share is.
+    for name_of, source in (("nccl_env_host_overrides", host_overrides), ("nccl_env_overrides", overrides)):
+        given = {node["name"]: _text(source[node["name"]][key]) for node in members
+                 if key in (source.get(node["name"]) or {})}
+        if given and (len(given) < len(members) or len(set(given.values())) > 1):
+            for name, value in given.items():
+                found.setdefault(name, f"its {name_of} sets {key}={value}, which the rest of its group does not share")
+            break
     return found
 
 
-def nccl_env_group_outliers(names, node_groups, settings, networks, overrides=None):
+def nccl_env_group_outliers(names, node_groups, settings, networks, overrides=None, host_overrides=None):
     """{node: [problems]} for every node whose settings cannot be written: it names hardware it
     lacks, or it disagrees with its group (whose env file holds one value per setting). Of nodes
     that disagree, the odd one is the one whose own check says so (a fault, a host override);
-    else the minority; on a tie every side is named, as nothing tells which is right."""
+    else the minority; on a tie every side is named, as nothing tells which is right.
+    overrides and host_overrides: each node's nccl_env_overrides and nccl_env_host_overrides."""
     overrides = dict(zip(names, overrides)) if overrides is not None else {}
+    host_overrides = dict(zip(names, host_overrides)) if host_overrides is not None else {}
     nodes = [{"name": n, "group": g, "settings": s, "network": net}
              for n, g, s, net in zip(names, node_groups, settings, networks)]
     outliers = {}
@@ -180,7 +194,7 @@ def nccl_env_group_outliers(names, node_groups, settings, networks, overrides=No
                 continue
             listing = ", ".join(f"{n}={v if v is not None else '(unset)'}" for n, v in values.items())
             where = f"group {group}: {key} differs between its nodes ({listing})"
-            suspects = _suspects(members, key, overrides)
+            suspects = _suspects(members, key, overrides, host_overrides)
             rest = {values[n] for n in values if n not in suspects}
             counts = {v: list(values.values()).count(v) for v in set(values.values())}
             majority = [v for v, c in counts.items() if c * 2 > len(values)]
@@ -200,12 +214,30 @@ def nccl_env_group_outliers(names, node_groups, settings, networks, overrides=No
     return outliers
 
 
-def nccl_env_group_problems(names, node_groups, settings, networks, overrides=None):
+def nccl_env_group_problems(names, node_groups, settings, networks, overrides=None, host_overrides=None):
     """Every reason the nodes' settings cannot be written (nccl_env_group_outliers), as one list."""
     problems = []
-    for found in nccl_env_group_outliers(names, node_groups, settings, networks, overrides).values():
+    for found in nccl_env_group_outliers(names, node_groups, settings, networks, overrides,
+                                         host_overrides).values():
         problems.extend(problem for problem in found if problem not in problems)
     return problems
+
+
+def nccl_env_cluster_addresses(nodes, hostvars):
+    """{node: its cluster address} as this role's default takes it on the node itself
+    (nccl_env_cluster_address, else ansible_host, else the inventory name), for a play that runs
+    elsewhere (the preflight, on the submit host)."""
+    found = {}
+    for node in nodes:
+        own = hostvars.get(node) or {}
+        found[node] = str(own.get("nccl_env_cluster_address") or own.get("ansible_host") or node)
+    return found
+
+
+def nccl_env_node_overrides(nodes, hostvars, name="nccl_env_overrides"):
+    """{node: its inventory dict ``name``} (nccl_env_overrides or nccl_env_host_overrides; {} where
+    unset), for a play that runs elsewhere (the preflight, on the submit host)."""
+    return {node: dict((hostvars.get(node) or {}).get(name) or {}) for node in nodes}
 
 
 def nccl_env_read(text):
@@ -224,25 +256,34 @@ def nccl_env_read(text):
     return settings
 
 
-def nccl_env_socket_address(settings, network):
-    """The IPv4 address NCCL's sockets use on this node: the first up interface that
-    NCCL_SOCKET_IFNAME selects; None when it is unset or excludes (NCCL then chooses)."""
+def nccl_env_socket_interface(settings, network):
+    """(interface, IPv4 address) NCCL's sockets use on this node: the first up interface with an
+    address that NCCL_SOCKET_IFNAME selects (=eth0 selects eth0 exactly, eth a prefix);
+    (None, None) when it is unset or excludes (NCCL then chooses) or nothing matches."""
     if not (settings or {}).get("NCCL_SOCKET_IFNAME"):
-        return None
+        return None, None
     exclude, exact, entries = _list_entries(settings["NCCL_SOCKET_IFNAME"])
     if exclude:
-        return None
+        return None, None
     for entry in entries:
         for iface in (network or {}).get("interfaces", []):
             if _matches(entry, [iface["name"]], exact) and iface.get("ipv4") and interface_is_up(iface):
-                return iface["ipv4"][0]
-    return None
+                return iface["name"], iface["ipv4"][0]
+    return None, None
 
 
-def nccl_env_check_problems(names, node_groups, conf_settings, job_settings, networks, conf_path="/etc/nccl.conf"):
+def nccl_env_socket_address(settings, network):
+    """The IPv4 address of nccl_env_socket_interface; None when NCCL chooses."""
+    return nccl_env_socket_interface(settings, network)[1]
+
+
+def nccl_env_check_problems(names, node_groups, conf_settings, job_settings, networks, conf_path="/etc/nccl.conf",
+                            overrides=None, host_overrides=None):
     """A preflight's view of the written NCCL settings: what each node's nccl.conf says and what a
     job (nccl.conf, then the group's env file over it) uses, each against the node's hardware
-    and the other nodes of its group. A node without an nccl.conf (None) is named once."""
+    and the other nodes of its group. A node without an nccl.conf (None) is named once.
+    overrides, host_overrides: each node's inventory overrides, which name the odd node as
+    provision.yml does."""
     problems = []
     missing = [name for name, conf in zip(names, conf_settings) if conf is None]
     problems += [f"{name}: {conf_path} is missing (NCCL reads it on every node); run provision.yml" for name in missing]
@@ -252,7 +293,9 @@ def nccl_env_check_problems(names, node_groups, conf_settings, job_settings, net
             (f"in {conf_path}; provision.yml writes it anew", conf_settings, present),
             (f"as a job reads it: {conf_path} with the group's env file over it", job_settings, range(len(names)))):
         found = nccl_env_group_problems([names[i] for i in indexes], [node_groups[i] for i in indexes],
-                                        [settings[i] for i in indexes], [networks[i] for i in indexes])
+                                        [settings[i] for i in indexes], [networks[i] for i in indexes],
+                                        [(overrides or [{}] * len(names))[i] for i in indexes],
+                                        [(host_overrides or [{}] * len(names))[i] for i in indexes])
         problems += [f"{problem} ({where})" for problem in found if problem not in seen]
         seen.update(found)
     return problems
@@ -262,11 +305,14 @@ class FilterModule:
     def filters(self):
         return {
             "nccl_env_merge": nccl_env_merge,
+            "nccl_env_overrides_of": nccl_env_overrides_of,
             "nccl_env_ipv4_from_facts": nccl_env_ipv4_from_facts,
             "nccl_env_setting_problems": nccl_env_setting_problems,
             "nccl_env_group_problems": nccl_env_group_problems,
             "nccl_env_group_outliers": nccl_env_group_outliers,
             "nccl_env_read": nccl_env_read,
+            "nccl_env_cluster_addresses": nccl_env_cluster_addresses,
+            "nccl_env_node_overrides": nccl_env_node_overrides,
             "nccl_env_socket_address": nccl_env_socket_address,
             "nccl_env_check_problems": nccl_env_check_problems,
         }

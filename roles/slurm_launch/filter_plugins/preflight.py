@@ -80,7 +80,9 @@ def preflight_problems(found, nodes, context):
     problems += [problem for problem in _nccl_env.nccl_env_check_problems(
         reported, [groups.get(node, "") for node in reported], [records[node].get("conf") for node in reported],
         [records[node].get("job") or {} for node in reported], [records[node].get("network") for node in reported],
-        context.get("nccl_conf", "/etc/nccl.conf")) if problem not in problems]
+        context.get("nccl_conf", "/etc/nccl.conf"),
+        [(context.get("nccl_overrides") or {}).get(node) or {} for node in reported],
+        [(context.get("nccl_host_overrides") or {}).get(node) or {} for node in reported]) if problem not in problems]
     return problems
 
 
@@ -105,7 +107,11 @@ def preflight_rows(found, nodes):
                          f"{gpu.get('device_count', 0)}, CUDA {gpu.get('torch_cuda') or 'none'}, "
                          f"NCCL {gpu.get('nccl') or 'none'}")
         reach = record.get("reach") or {}
-        parts.append(f"sockets {record.get('interface') or '(NCCL chooses)'} {record.get('address')}")
+        # The interface by its name (what `ip addr` shows), then the setting as /etc/nccl.conf and
+        # the env file spell it (NCCL's "=" for an exact name), so each can be looked up as written.
+        setting = record.get("socket_ifname")
+        parts.append(f"sockets {record.get('interface') or '(NCCL chooses)'} {record.get('address')}"
+                     + (f" (NCCL_SOCKET_IFNAME={setting})" if setting else ""))
         parts.append(f"reaches {sum(1 for error in reach.values() if not error)} of {len(nodes) - 1} nodes")
         rows.append({"node": node, "checks": "; ".join(parts)})
     return rows

@@ -5,8 +5,9 @@ that it works where users cannot SSH to compute nodes (pam_slurm_adopt) or canno
 Each task looks at what a job on its node would use: the CUDA toolkit (nvcc), the training env
 (activated as the job activates it, then `import torch`), on a GPU job the GPUs as the job's own
 check sees them (gpu_check.py: driver, GPU count, torch's CUDA and NCCL), the node group's NCCL env file and
-/etc/nccl.conf read as NCCL reads them, and the node's HCAs and interfaces (the detection of
-provision.yml, nccl_network_facts.py, staged beside this file). Then every node listens on a
+/etc/nccl.conf read as NCCL reads them, and the node's HCAs, GPUs and interfaces with the settings
+provision.yml would propose for them (its detection, nccl_network_facts.py's site proposal, staged
+beside this file, from the same inputs). Then every node listens on a
 fresh port on the address NCCL's sockets would use and connects to every other one.
 
 It judges nothing: it writes what it found as JSON, <results>/<node>.json, and the first node
@@ -118,15 +119,38 @@ def ipv4_addresses():
             for link in json.loads(out or "[]")}
 
 
-def detect_network(config):
+def env_prefix(config):
+    """The training env's prefix, as provision.yml's nccl_env role reads NCCL's version from it."""
+    if config["venv"]:
+        return config["venv"]
+    return os.path.join(config["conda_root"], "envs", config["conda_env"]) if config["conda_env"] else ""
+
+
+def detect_network(config, node):
+    """What provision.yml's nccl_env role detects on this node (nccl_network_facts' site
+    proposal, from the same inputs: the node's cluster address, the cluster network, NCCL's
+    version), in the shape of its `nccl_network` facts, so both judge a node alike."""
     addresses = ipv4_addresses()
     if addresses is not None:
         addresses.update(config["ipv4_overrides"])
+    warnings = []
+    if addresses is None:
+        warnings.append("ip -j addr show failed: the interfaces' IPv4 addresses are unknown")
+    try:
+        cluster_address = nccl_network_facts.resolve_cluster_address((config.get("cluster_addresses") or {}).get(node))
+    except ValueError as error:
+        cluster_address = None
+        warnings.append(str(error))
+    nccl_version = (config.get("nccl_version") or nccl_network_facts.nccl_version_from_env(env_prefix(config))
+                    or None)
     hcas = nccl_network_facts.read_hcas(config["sysfs_root"])
+    gpus = nccl_network_facts.read_gpus(config["sysfs_root"])
     interfaces = nccl_network_facts.read_interfaces(config["sysfs_root"], addresses or {})
-    proposed, warnings = nccl_network_facts.propose_nccl_settings(
-        hcas, interfaces, config["exclude_interfaces"], config["prefer_gid_type"], addresses is not None)
-    return {"hcas": hcas, "interfaces": interfaces, "proposed": proposed, "warnings": warnings}
+    proposed, site_warnings, reasons, faults = nccl_network_facts.propose_site_settings(
+        hcas, gpus, interfaces, config["exclude_interfaces"], config["prefer_gid_type"],
+        cluster_address, config.get("cluster_cidr") or None, nccl_version)
+    return {"hcas": hcas, "gpus": gpus, "interfaces": interfaces, "nccl_version": nccl_version,
+            "proposed": proposed, "reasons": reasons, "faults": faults, "warnings": warnings + site_warnings}
 
 
 def wait_for_files(pattern, count, timeout):
@@ -166,9 +190,11 @@ def main():
     found["conf"] = conf
     # NCCL reads nccl.conf only for what the environment does not set.
     found["job"] = dict(conf or {}, **(env_file or {}))
-    found["network"] = detect_network(config)
-    address = nccl_env.nccl_env_socket_address(found["job"], found["network"])
-    found["interface"] = found["job"].get("NCCL_SOCKET_IFNAME", "")
+    found["network"] = detect_network(config, node)
+    interface, address = nccl_env.nccl_env_socket_interface(found["job"], found["network"])
+    # The interface as `ip addr` names it, and the setting as nccl.conf spells it (=eth0).
+    found["interface"] = interface or ""
+    found["socket_ifname"] = found["job"].get("NCCL_SOCKET_IFNAME", "")
     found["address"] = address or socket.gethostbyname(node)
 
     # A fresh port the system picks, on the address the job's sockets would use.
