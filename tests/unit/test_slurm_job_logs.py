@@ -13,7 +13,7 @@ BLOCK = 64 * 1024
 
 def test_one_look_at_new_output_reads_the_last_64_kib_whatever_was_written(tmp_path):
     # A job that wrote more than a block since the last look costs one block: the lines before
-    # its last 64 KiB are skipped, and a line cut by the block's start is not shown as a line.
+    # its last 64 KiB are skipped (here the block starts where the last line does).
     log = tmp_path / "job.out"
     last = b"y" * (BLOCK - 1) + b"\n"
     log.write_bytes(b"old\n" + b"skipped\n" + last)
