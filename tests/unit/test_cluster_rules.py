@@ -94,6 +94,17 @@ def test_the_launch_reads_why_the_nodes_have_no_one_node_group_as_a_message():
         "h1 in gpu_H100; pick nodes of one group (-e group=GROUP)")
 
 
+def test_a_node_of_no_node_group_is_named_in_the_launchs_message_not_a_traceback():
+    # A node Slurm knows that the inventory puts in no node group (here the login host, as a job's
+    # -e nodes=login01 would): the launch's assert reads the rule's message, naming the node.
+    hostvars = {"node110": {}, "login01": {}}
+    assert filters.nodes_node_group_problem(["node110", "login01"], hostvars, GROUPS) == (
+        "login01: node groups [] (groups under `compute` holding it): it needs exactly one; set nccl_env_group "
+        "for the node to choose")
+    with pytest.raises(AnsibleFilterError, match=r"^login01: node groups \[\]"):
+        filters.nodes_node_group(["login01"], hostvars, GROUPS)
+
+
 @pytest.mark.parametrize(("given", "group", "common", "partition"), [
     ("", "gpu_A6000", ["gpu_A6000", "debug"], "gpu_A6000"),
     ("", "gpu_A6000", ["debug", "gpu_A6000"], "gpu_A6000"),  # the group's, named alike, first

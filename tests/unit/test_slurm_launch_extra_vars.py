@@ -148,3 +148,11 @@ def test_only_prefixed_variables_are_offered_as_suggestions():
     # inventory_hostname is set for every task but is no launch key: never suggested.
     result = run(["inventory_hostnam=x"], task_vars={"inventory_hostname": "login1", "cluster_nas_root": "/nas"})
     assert result["msg"].startswith("Unknown -e key: -e inventory_hostnam. A launch reads: ")
+
+
+def test_the_check_opens_no_connection_to_the_host():
+    # It reads only the play's files and the command line, so Ansible's task executor (which asks
+    # _requires_connection) runs it on the controller: a misspelt -e is refused even when the
+    # submit host cannot be reached, instead of an SSH error hiding the typo.
+    assert action.ActionModule._requires_connection is False
+    assert action.ActionModule.TRANSFERS_FILES is False

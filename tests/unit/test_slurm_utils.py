@@ -802,3 +802,17 @@ def test_parse_sinfo_lists_each_partition_once_and_no_empty_one():
     # A node in no partition prints an empty %P; sinfo -N repeats a node per partition.
     nodes = slurm.parse_sinfo_nodes("n1||idle|4|(null)\nn2|gpu*|idle|4|(null)\nn2|gpu|idle|4|(null)\n")
     assert (nodes["n1"]["partitions"], nodes["n2"]["partitions"]) == ([], ["gpu"])
+
+
+def test_parse_my_jobs_keeps_a_bar_inside_the_work_dir():
+    # squeue -o '%i|%j|%T|%r|%N|%M|%Z' (22.05) prints the working directory last and as it is:
+    # a user's own job started in a directory named with '|' is listed, its directory whole.
+    [job] = slurm.parse_my_jobs("52|notebook|RUNNING|None|n1|12:01|/home/alice/a|b\n")
+    assert (job["job_id"], job["elapsed"], job["work_dir"]) == (52, "12:01", "/home/alice/a|b")
+
+
+def test_gpus_are_counted_after_another_gres_item():
+    # A node's GRES need not start with its GPUs (slurm.conf `Gres=shard:8,gpu:2`, or an MPS or
+    # NIC resource listed first): every gpu item still counts, wherever it stands.
+    nodes = slurm.parse_sinfo_nodes("n1|gpu*|idle|64|shard:8,gpu:2\nn2|gpu*|idle|64|mps:200,gpu:a100:4(S:0)\n")
+    assert (nodes["n1"]["gpus"], nodes["n2"]["gpus"]) == (2, 4)

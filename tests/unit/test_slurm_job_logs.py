@@ -1,0 +1,43 @@
+"""Which log library/slurm_job.py reads, and how much of it: the bound on one look at a log that
+grew a lot, and the log of a requeued job's last run when only accounting remembers the job."""
+
+import re
+
+import slurm_job
+from test_slurm_job_module import (  # noqa: F401
+    INVALID_JOB_ID, SACCT, SCONTROL, answer_sacct_version, clock, run_module, sacct_output, slurm_cli,
+)
+
+BLOCK = 64 * 1024
+
+
+def test_one_look_at_new_output_reads_the_last_64_kib_whatever_was_written(tmp_path):
+    # A job that wrote more than a block since the last look costs one block: the lines before
+    # its last 64 KiB are skipped (here the block starts where the last line does).
+    log = tmp_path / "job.out"
+    last = b"y" * (BLOCK - 1) + b"\n"
+    log.write_bytes(b"old\n" + b"skipped\n" + last)
+    lines, offset = slurm_job.read_new_lines(str(log), 4, 5)
+    assert (lines, offset) == ([last[:-1].decode()], log.stat().st_size)
+    # Within a block, every new line is there.
+    log.write_bytes(b"old\n" + last)
+    assert slurm_job.read_new_lines(str(log), 4, 5) == ([last[:-1].decode()], log.stat().st_size)
+
+
+def test_a_requeued_job_renamed_before_its_last_run_reports_that_runs_log(slurm_cli, clock, sacct_output,
+                                                                          slurm_output, tmp_path):
+    # sacct -D (22.05) prints one line per run, oldest first, each with the name the job had then;
+    # `scontrol update JobId=1234 JobName=train-ddp-v2` while it waited again renames the second,
+    # and %x-%j.out names each run's log after it.
+    text = sacct_output("sacct_requeued.txt", work_dir=str(tmp_path))
+    first, second = text.splitlines()
+    text = f"{first}\n{re.sub(r'^1234[|]train-ddp[|]', '1234|train-ddp-v2|', second)}\n"
+    (tmp_path / "train-ddp-1234.out").write_text("run 1\n")
+    (tmp_path / "train-ddp-v2-1234.out").write_text("run 2\n")
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    answer_sacct_version(slurm_cli, slurm_output)
+    slurm_cli.answer(SACCT, out=text)
+    result = run_module({"state": "query", "job_id": 1234}).result
+    assert (result["restarts"], result["state_source"]) == (1, "sacct")
+    assert result["stdout_path"] == str(tmp_path / "train-ddp-v2-1234.out")
+    assert result["log_tail"] == ["run 2"]
