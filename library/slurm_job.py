@@ -604,12 +604,16 @@ def read_new_lines(path, offset, lines):
             if offset is None or offset > size:
                 return read_log_tail(path, lines), size
             start = max(offset, size - LOG_READ_BLOCK)
-            handle.seek(start)
-            data = handle.read(size - start)
+            # Past the offset, the block may begin inside a line whose head it lacks: read the
+            # byte before it too, and begin after the first newline.
+            cut = start > offset
+            handle.seek(start - cut)
+            data = handle.read(size - start + cut)
     except OSError:
         return [], offset
-    complete = data[:data.rfind(b"\n") + 1]
-    return complete.decode("utf-8", "replace").splitlines()[-lines:], start + len(complete)
+    head = data.find(b"\n") + 1 if cut else 0
+    complete = data[head:data.rfind(b"\n") + 1]
+    return complete.decode("utf-8", "replace").splitlines()[-lines:], start - cut + head + len(complete)
 
 
 class SlurmCommandError(Exception):

@@ -19,6 +19,10 @@ def test_one_look_at_new_output_reads_the_last_64_kib_whatever_was_written(tmp_p
     log.write_bytes(b"old\n" + b"skipped\n" + last)
     lines, offset = slurm_job.read_new_lines(str(log), 4, 5)
     assert (lines, offset) == ([last[:-1].decode()], log.stat().st_size)
+    # A block that begins inside a line shows none of that line's tail as a line of its own.
+    log.write_bytes(b"old\n" + b"x" * 100 + b"\n" + b"z" * (BLOCK - 10) + b"\n")
+    lines, offset = slurm_job.read_new_lines(str(log), 4, 5)
+    assert (lines, offset) == (["z" * (BLOCK - 10)], log.stat().st_size)
     # Within a block, every new line is there.
     log.write_bytes(b"old\n" + last)
     assert slurm_job.read_new_lines(str(log), 4, 5) == ([last[:-1].decode()], log.stat().st_size)
