@@ -16,7 +16,6 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "module_path"
-MODULES_INIT = Path("/usr/share/modules/init/bash")
 # Debian's lmod: what a login shell sources (it sets MODULEPATH from /etc/lmod/modulespath and
 # sources Lmod's init for the shell).
 LMOD_INIT = Path("/etc/profile.d/lmod.sh")
@@ -26,13 +25,6 @@ CUDA_ROLE = ROLE.parent / "cuda_toolkit"
 def render(name, dirs):
     templar = Templar(loader=DataLoader(), variables={"module_path_dirs": dirs, "ansible_managed": "Ansible managed"})
     return templar.template(trust_as_template((ROLE / "templates" / name).read_text()))
-
-
-def modulefiles(root, version):
-    """A module file as roles/cuda_toolkit writes it (Tcl, #%Module1.0)."""
-    (root / "cuda").mkdir(parents=True)
-    (root / "cuda" / version).write_text(f"#%Module1.0\nsetenv CUDA_HOME /nas/cuda/cuda-{version}\n")
-    return root
 
 
 def cuda_modulefiles(root, home, version="11.8.0"):
@@ -114,22 +106,6 @@ def test_the_script_quotes_each_dir_and_keeps_their_order(tmp_path):
     # `module use` prepends: the first dir is added last, so it is searched first.
     assert script.splitlines()[3:5] == ["  module use /nas/second", "  module use /nas/first"]
     assert "module use /nas/first" in render("modules.csh.j2", ["/nas/first"])
-
-
-@pytest.mark.skipif(not MODULES_INIT.exists(), reason="environment-modules is not installed")
-def test_with_environment_modules_a_login_shell_finds_the_nas_module_files(tmp_path):
-    nas = modulefiles(tmp_path / "nas" / "modulefiles", "11.8")
-    profile = tmp_path / "zz-modules.sh"
-    profile.write_text(render("modules.sh.j2", [str(nas)]))
-    without = subprocess.run(["bash", "-c", f'source {MODULES_INIT} && module load cuda/11.8'],
-                             capture_output=True, text=True)
-    assert without.returncode != 0 and "Unable to locate a modulefile for 'cuda/11.8'" in without.stderr
-    proc = subprocess.run(["bash", "-c", f'source {MODULES_INIT} && source "$1" && module -t avail 2>&1 && '
-                                         'module load cuda/11.8 && echo "$CUDA_HOME"', "bash", str(profile)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert lines[-1] == "/nas/cuda/cuda-11.8" and lines[0] == f"{nas}:" and lines[1] == "cuda/11.8", lines
 
 
 def test_without_a_module_system_the_script_does_nothing(tmp_path):
