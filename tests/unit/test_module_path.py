@@ -1,10 +1,9 @@
 """roles/module_path's profile.d script, rendered as the role renders it and sourced as a login
 shell sources /etc/profile.d: with Lmod's own init (Debian's lmod package, the local cluster's
-module system, scripts/install-deps) or environment-modules' (/usr/share/modules/init, where
-installed: Debian's two packages conflict, so one machine has one) `module avail` and
-`module load` find the NAS module files; without a module system the script does nothing and
-fails nothing. Under Lmod the module file is the one roles/cuda_toolkit renders (Tcl, which Lmod
-reads through its tcl2lua), so Lmod is shown to take it as written."""
+module system, scripts/install-deps) `module avail` and `module load` find the NAS module files;
+without a module system the script does nothing and fails nothing. The module file is the one
+roles/cuda_toolkit renders (Tcl, which Lmod reads through its tcl2lua), so Lmod is shown to take
+it as written. Environment Modules is not tested here: Debian's package conflicts with lmod."""
 
 import re
 import shutil
