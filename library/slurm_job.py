@@ -16,6 +16,9 @@ description:
     (O(accounting)).
   - A job that ends in a final state other than COMPLETED makes the task fail, with the job's
     exit code, reason and the tail of its output log in the result.
+  - A job array (C(--array) in the script or in O(sbatch_args)) is followed as one job, by its array
+    job id, until every task is final; RV(tasks) lists each task. It COMPLETED when every task did;
+    otherwise the result's state, exit code and log are those of its first task that did not.
   - Transient errors of slurmctld or slurmdbd (timeouts, connection refused, standby controller)
     are retried with exponential back-off. A submission that failed that way is retried only
     after C(squeue) shows that the controller did not queue the job after all; with O(force) it
@@ -53,7 +56,7 @@ options:
       - Further C(sbatch) options, one per list item (for example C(--nodes=2)); they are passed as
         separate arguments, never through a shell.
       - Options the module sets itself are refused (C(--job-name), C(--comment), C(--parsable),
-        C(--test-only), C(--wait)), and so is C(--array), since the module follows single jobs.
+        C(--test-only), C(--wait)).
       - C(--clusters) (C(-M)) is refused too. The module asks the local cluster only (no C(-M) on
         its queries), so it would lose a job sent elsewhere; submit from a host of that cluster or
         point O(environment)'s C(SLURM_CONF) at its configuration.
@@ -391,6 +394,12 @@ progress:
     log_offset:
       description: Byte offset in the output up to which lines were read.
       type: int
+    log_path:
+      description: The output those lines and the offset are of (an array's changes with the task shown).
+      type: str
+    tasks_done:
+      description: For a job array, how many of its tasks were final; null otherwise.
+      type: int
 controller_outage_seconds:
   description: Seconds the module waited, while following, for a slurmctld that did not answer.
   returned: always
@@ -405,6 +414,34 @@ jobs:
   elements: dict
   sample: [{job_id: 1234, name: train, state: RUNNING, reason: null, nodes: "node[110-111]",
             elapsed: "1:05", work_dir: /starmap/nas/jobs/alice/train/runs/3}]
+tasks:
+  description:
+    - For a job array, its tasks by task id, each with C(task) (the task id, or the text of a range
+      of tasks still pending together, such as C(2-3)), C(job_id) (the task's own job id; null
+      from C(sacct)), C(state), C(reason), C(exit_code), C(exit_signal), C(restarts), C(nodes),
+      C(elapsed_seconds), C(stdout_path), C(final) and C(log_last_line) (the last line of its log,
+      when readable here); null for a job that is not an array.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{task: 0, job_id: 6, state: COMPLETED, reason: null, exit_code: 0, exit_signal: 0, restarts: 0,
+            nodes: [node110], elapsed_seconds: 8, stdout_path: /nas/runs/sweep/sweep-5_0.out, final: true,
+            log_last_line: "training step finished with exit code 0"}]
+log_task:
+  description: For a job array, the task whose state, exit code and log the result shows; null otherwise.
+  returned: always
+  type: raw
+  sample: 2
+tasks_done:
+  description: For a job array, how many of its tasks are final; null otherwise.
+  returned: always
+  type: int
+  sample: 2
+tasks_total:
+  description: For a job array, how many tasks it has; null otherwise.
+  returned: always
+  type: int
+  sample: 4
 queries:
   description: How many Slurm commands the module ran, retries included.
   returned: always
@@ -465,6 +502,9 @@ from ansible.module_utils.slurm import (
     PollSchedule,
     SlurmParseError,
     UnknownJobState,
+    array_job_id,
+    array_summary,
+    array_tasks_of_sacct,
     backoff_delays,
     is_transient_error,
     job_state,
@@ -512,7 +552,6 @@ RESERVED_SBATCH_OPTIONS = {
     "--comment": "the module sets it to the fingerprint",
     "--parsable": "the module sets it", "--test-only": "use check mode",
     "--wait": "use wait", "-W": "use wait",
-    "--array": "the module follows single jobs, not arrays", "-a": "the module follows single jobs, not arrays",
     # sbatch would print "JOBID;CLUSTER", and the job would be lost to the module's queries, which
     # ask the local slurmctld only.
     "--clusters": CLUSTERS_RULE, "-M": CLUSTERS_RULE,
@@ -528,6 +567,7 @@ SUBMIT_ATTEMPTS = 5
 JOB_KEYS = (
     "job_id", "state", "exit_code", "exit_signal", "reason", "nodes", "elapsed_seconds",
     "restarts", "stdout_path", "stderr_path", "name", "partition", "state_source",
+    "tasks", "tasks_done", "tasks_total", "log_task",
 )
 LOG_READ_BLOCK = 64 * 1024
 # How often the end marker is looked for: a stat of a local or NAS file, no controller RPC.
@@ -542,6 +582,12 @@ def job_owner(job):
     """The job's user from scontrol's UserId=alice(2001); None from accounting, which does not say here."""
     user_id = job.get("UserId")
     return user_id.split("(", 1)[0] if user_id else None
+
+
+def change_key(job):
+    """What a change of the job is (a look after one starts the poll schedule over): its state and
+    restarts, and for an array how many of its tasks are final."""
+    return job["state"], job["restarts"], job.get("tasks_done")
 
 
 def job_fingerprint(job_name, script_content):
@@ -659,7 +705,7 @@ class SlurmClient:
         rc, out, err = self.run(["scontrol", "show", "job", "-o", str(job_id)])
         if rc != 0 and INVALID_JOB_ID not in err:
             raise SlurmCommandError("scontrol show job", rc, err)
-        job = parse_scontrol_job(out, err)  # raises JobNotFound for INVALID_JOB_ID
+        job = parse_scontrol_job(out, err, array_job_id=job_id)  # raises JobNotFound for INVALID_JOB_ID
         job["state_source"] = "scontrol"
         return job
 
@@ -698,10 +744,19 @@ class SlurmClient:
             if rc != 0:
                 raise SlurmCommandError("sacct", rc, err)
         runs, summary = parse_sacct(out, fields)
-        if summary is not None:
-            summary["state_source"] = "sacct"
-            if summary["stdout_path"] is None:
-                summary["stdout_path"] = summary["stderr_path"] = job_dir_log(runs[-1])
+        if summary is None:
+            return None
+        tasks = array_tasks_of_sacct(runs, job_id)
+        for task in tasks or []:
+            if task["stdout_path"] is None:
+                task["stdout_path"] = job_dir_log({"work_dir": task.pop("work_dir"), "name": summary["name"],
+                                                   "job_id": f"{job_id}_{task['task']}"})
+            task.pop("work_dir", None)
+        if tasks is not None:
+            summary.update(array_summary(job_id, tasks))
+        elif summary["stdout_path"] is None:
+            summary["stdout_path"] = summary["stderr_path"] = job_dir_log(runs[-1])
+        summary["state_source"] = "sacct"
         return summary
 
     def find_job(self, job_id):
@@ -735,11 +790,11 @@ class SlurmClient:
         rc, out, err = self.run(argv)
         if rc != 0:
             raise SlurmCommandError("squeue", rc, err)
-        # Array tasks (text ids) are never this module's jobs: it refuses --array.
-        copies = [job for job in parse_squeue(out)
-                  if job["comment"] == comment and isinstance(job["job_id"], int)
-                  and not job_state(job["state"]).final]
-        return max(copies, key=lambda job: job["job_id"], default=None)
+        # An array's tasks are listed one by one (5_0, 5_[2-3%2]): the copy is the array.
+        copies = [array_job_id(job["job_id"]) for job in parse_squeue(out)
+                  if job["comment"] == comment and not job_state(job["state"]).final]
+        copy = max((job_id for job_id in copies if job_id is not None), default=None)
+        return None if copy is None else {"job_id": copy}
 
     def submit(self, argv, cwd, find_copy):
         """Run sbatch; return (job id, submitted by this call, cluster: None unless sbatch sent it to
@@ -839,11 +894,14 @@ class SlurmJobRunner:
         """Copy what is known about the job into the result."""
         info = job_state(job["state"])
         self.result.update(
-            {key: job[key] for key in JOB_KEYS},
+            {key: job.get(key) for key in JOB_KEYS},
             user=job_owner(job),
             outcome=info.outcome, final=info.final, state_description=info.description,
             log_tail=read_log_tail(job["stdout_path"], self.params["log_tail_lines"]),
         )
+        for task in self.result["tasks"] or []:
+            task["final"] = job_state(task["state"]).final
+            task["log_last_line"] = next(iter(read_log_tail(task["stdout_path"], 1)), None)
         return info
 
     def follow(self, job_id):
@@ -855,11 +913,11 @@ class SlurmJobRunner:
         marker = EndMarker(self.params["end_marker"], job_id, seen=(progress or {}).get("marker"))
         if progress:
             # A slice after the first: the job was just looked at; carry on from there.
-            schedule.resume(progress["next_poll"], (progress["state"], progress["restarts"]))
+            schedule.resume(progress["next_poll"], (progress["state"], progress["restarts"], progress.get("tasks_done")))
             job = None
         else:
             job = self.find_job_patiently(job_id)
-            schedule.observe((job["state"], job["restarts"]))
+            schedule.observe(change_key(job))
         while job is None or not job_state(job["state"]).final:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -872,17 +930,20 @@ class SlurmJobRunner:
                 interval = next(schedule)
                 marker.wait(interval if remaining is None else min(interval, remaining))
             job = self.find_job_patiently(job_id)
-            if schedule.observe((job["state"], job["restarts"])) and self.params["return_on_change"]:
+            if schedule.observe(change_key(job)) and self.params["return_on_change"]:
                 break
         if job is None:  # the slice ended before its first look
             job = self.find_job_patiently(job_id)
         info = self.record(job)
         if self.params["return_on_change"]:
-            lines, offset = read_new_lines(job["stdout_path"], (progress or {}).get("log_offset"),
+            # An array's log is that of the task shown, which changes: another file starts with its tail.
+            same_log = (progress or {}).get("log_path") == job["stdout_path"]
+            lines, offset = read_new_lines(job["stdout_path"], progress["log_offset"] if progress and same_log else None,
                                            min(self.params["progress_log_lines"], self.params["log_tail_lines"]))
             self.result["progress"] = {
-                "state": job["state"], "restarts": job["restarts"], "next_poll": schedule.next_interval,
-                "marker": marker.seen, "log_offset": offset, "log_lines": lines,
+                "state": job["state"], "restarts": job["restarts"], "tasks_done": job.get("tasks_done"),
+                "next_poll": schedule.next_interval,
+                "marker": marker.seen, "log_path": job["stdout_path"], "log_offset": offset, "log_lines": lines,
             }
         return info
 

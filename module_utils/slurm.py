@@ -527,18 +527,119 @@ def parse_scontrol_jobs(stdout, stderr=""):
     return records
 
 
-def parse_scontrol_job(stdout, stderr=""):
+def parse_scontrol_job(stdout, stderr="", array_job_id=None):
     """The one job of ``scontrol show job -o JOBID``.
 
-    Raises JobNotFound for "slurm_load_jobs error: Invalid job id specified"
-    and SlurmParseError for anything but exactly one record (array and
-    heterogeneous jobs print one per component).
+    With ``array_job_id`` (the JOBID asked about), the records of that job
+    array are one job (array_summary(): its tasks in ``tasks``).  Raises
+    JobNotFound for "slurm_load_jobs error: Invalid job id specified" and
+    SlurmParseError for anything else but exactly one record (heterogeneous
+    jobs print one per component).
     """
     records = parse_scontrol_jobs(stdout, stderr)
+    tasks = array_tasks_of_scontrol(records, array_job_id)
+    if tasks is not None:
+        # The raw fields (UserId, ...) are the same for every task of the array.
+        return {**records[0], **array_summary(array_job_id, tasks)}
     if len(records) != 1:
         job_ids = [record["job_id"] for record in records]
         raise SlurmParseError(f"expected one job record, got {len(records)} (job ids {job_ids})")
     return records[0]
+
+
+# Job arrays (sbatch --array). ``scontrol show job -o ARRAY_JOB_ID`` prints one record per task
+# that has started (its own JobId, ArrayJobId=ARRAY_JOB_ID, ArrayTaskId=N) and one for the tasks
+# still pending together (ArrayTaskId=2-3%2, the %2 being the throttle), which keeps the array's
+# JobId; sacct names them ARRAY_JOB_ID_N and ARRAY_JOB_ID_[2-3%2].
+ARRAY_TASK_KEYS = ("job_id", "state", "reason", "exit_code", "exit_signal", "restarts", "nodes",
+                   "elapsed_seconds", "stdout_path")
+_TASK_RANGE_RE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+
+
+def _array_task(text):
+    """A task id (int), or the text of tasks pending together ("2-3%2" -> "2-3")."""
+    text = text.strip().strip("[]").split("%", 1)[0]
+    return int(text) if text.isdigit() else text
+
+
+def array_task_count(task):
+    """How many tasks a task entry stands for: 1 for a task id, the size of a range ("2-5,7", "0-9:2")."""
+    if isinstance(task, int):
+        return 1
+    count = 0
+    for item in str(task).split(","):
+        match = _TASK_RANGE_RE.fullmatch(item)
+        if not match:
+            raise SlurmParseError(f"invalid array task range {task!r}")
+        first, last, step = int(match.group(1)), int(match.group(2) or match.group(1)), int(match.group(3) or 1)
+        count += len(range(first, last + 1, step))
+    return count
+
+
+def _task_order(task):
+    return int(_TASK_RANGE_RE.match(str(task["task"])).group(1))
+
+
+def array_tasks_of_scontrol(records, array_job_id):
+    """The tasks of the array ``array_job_id`` in parse_scontrol_jobs() records, by task id; None when
+    the records are not that array's (a plain job, or one task of an array asked for by its own id)."""
+    if array_job_id is None or any(record.get("ArrayJobId") != str(array_job_id) for record in records):
+        return None
+    tasks = [{"task": _array_task(record.get("ArrayTaskId", "")), **{key: record[key] for key in ARRAY_TASK_KEYS}}
+             for record in records]
+    return sorted(tasks, key=_task_order)
+
+
+def array_tasks_of_sacct(runs, array_job_id):
+    """The tasks of the array ``array_job_id`` in parse_sacct() runs (``-D``: a requeued task has a
+    line per run), by task id; None when the runs are not that array's."""
+    prefix = f"{array_job_id}_"
+    if not runs or any(not str(run["job_id"]).startswith(prefix) for run in runs):
+        return None
+    by_task = {}
+    for run in runs:
+        by_task.setdefault(str(run["job_id"])[len(prefix):], []).append(run)
+    tasks = []
+    for task, task_runs in by_task.items():
+        last = task_runs[-1]
+        tasks.append({"task": _array_task(task), "job_id": None, "restarts": len(task_runs) - 1,
+                      "stdout_path": last.get("stdout_path"), "work_dir": last.get("work_dir"),
+                      **{key: last[key] for key in ("state", "reason", "exit_code", "exit_signal", "nodes",
+                                                    "elapsed_seconds")}})
+    return sorted(tasks, key=_task_order)
+
+
+def array_summary(array_job_id, tasks):
+    """The array as one job: final when every task is; then COMPLETED only if every task completed,
+    else the state, exit code and log of its first task that did not. While tasks are left, the
+    state of a running task (or the first waiting one). Restarts add up; ``tasks_done`` counts the
+    final tasks, ``tasks_total`` all of them; ``log_task`` is the task shown."""
+    active = [task for task in tasks if not job_state(task["state"]).final]
+    if active:
+        shown = next((task for task in active if task["state"] == "RUNNING"), active[0])
+    else:
+        shown = next((task for task in tasks if task["state"] != "COMPLETED"), tasks[0])
+    return {
+        "job_id": array_job_id,
+        **{key: shown[key] for key in ("state", "reason", "exit_code", "exit_signal", "stdout_path")},
+        "stderr_path": shown["stdout_path"],
+        "log_task": shown["task"],  # whose state and log these are
+        "restarts": sum(task["restarts"] for task in tasks),
+        "nodes": sorted({node for task in tasks for node in task["nodes"]}),
+        "elapsed_seconds": max(task["elapsed_seconds"] or 0 for task in tasks),
+        "tasks": tasks,
+        "tasks_done": sum(array_task_count(task["task"]) for task in tasks if task not in active),
+        "tasks_total": sum(array_task_count(task["task"]) for task in tasks),
+    }
+
+
+def array_job_id(job_id):
+    """The array a job id as squeue prints it belongs to (``5_0``, ``5_[2-3%2]`` -> 5); a plain job id
+    is its own; None for a component of a heterogeneous job (``12+1``)."""
+    if isinstance(job_id, int):
+        return job_id
+    match = re.fullmatch(r"(\d+)_.+", str(job_id))
+    return int(match.group(1)) if match else None
 
 
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "NodeList", "Reason", "Start", "End", "Comment")

@@ -74,8 +74,8 @@ def test_the_newest_20_unless_all():
     assert len(runs.jobs_table([], jobs, show_all=True)) == 26
 
 
-def test_no_jobs_says_so_and_array_tasks_and_broken_records_are_left_out():
-    lines = runs.jobs_table([{**squeued(1), "job_id": "7_[1-3]"}], [{"job_id": "x"}, "not a dict"])
+def test_no_jobs_says_so_and_het_job_components_and_broken_records_are_left_out():
+    lines = runs.jobs_table([{**squeued(1), "job_id": "7+1"}], [{"job_id": "x"}, "not a dict"])
     assert lines[1].startswith("(no jobs:")
     with pytest.raises(AnsibleFilterError, match="two lists"):
         runs.jobs_table({}, [])
@@ -110,6 +110,14 @@ def test_a_finished_job_without_its_elapsed_time_shows_a_dash():
     assert row[4:8] == ["0", "node110,node111", "-", "0"]
 
 
-def test_broken_records_and_array_tasks_before_good_ones_leave_the_good_ones_shown():
-    lines = runs.jobs_table([{**squeued(8), "job_id": "7_[1-3]"}, squeued(11)], [{"job_id": "x"}, finished(10)])
+def test_broken_records_before_good_ones_leave_the_good_ones_shown():
+    lines = runs.jobs_table([{**squeued(8), "job_id": "7+1"}, squeued(11)], [{"job_id": "x"}, finished(10)])
     assert [line.split()[0] for line in lines[1:]] == ["11", "10"]
+
+
+def test_a_sweeps_tasks_are_a_row_each_sorted_with_their_array():
+    # squeue lists a sweep's running tasks one by one and its pending ones together.
+    active = [{**squeued(12), "job_id": "12_[2-3%2]"}, {**squeued(12), "job_id": "12_0"},
+              {**squeued(12), "job_id": "12_1"}, squeued(13), squeued(9)]
+    lines = runs.jobs_table(active, [finished(10)])
+    assert [line.split()[0] for line in lines[1:]] == ["13", "12_[2-3%2]", "12_1", "12_0", "10", "9"]

@@ -17,6 +17,9 @@ JOB_KEYS = (
 )
 INTEGERS = ("num_nodes", "gpus_per_node", "cpus_per_task", "nproc_per_node", "omp_num_threads", "warning_seconds",
             "max_restarts", "master_port")
+# A launch's sweep (roles/slurm_launch's sweep_points): a job array, a task per point; the NAS job
+# templates have none.
+OPTIONAL = {"sweep": [], "sweep_parallel": 0}
 
 
 # The signals a training can take as "checkpoint and stop" without other meaning to Slurm or torchrun.
@@ -36,7 +39,8 @@ def train_job(request):
     missing = [key for key in JOB_KEYS if key not in request]
     if missing:
         raise AnsibleFilterError(f"train_job: missing {', '.join(missing)}")
-    job = dict(request)
+    job = {**OPTIONAL, **request}
+    job["sweep_parallel"] = whole_number("sweep_parallel", job["sweep_parallel"])
     for key in INTEGERS:
         job[key] = whole_number(key, job[key])
     job["warning_signal"] = str(job["warning_signal"]).upper().removeprefix("SIG")

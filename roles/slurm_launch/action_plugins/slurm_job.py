@@ -32,9 +32,22 @@ def describe(result):
         line += f" on {','.join(result['nodes'])}"
     if result.get("restarts"):
         line += f", restart {result['restarts']}"
+    if result.get("tasks_total"):
+        line += f", {result.get('tasks_done')} of {result['tasks_total']} array tasks final"
     if result.get("final"):
         line += f", exit code {result.get('exit_code')}, {result.get('elapsed_seconds')} s"
     return line
+
+
+def newly_final_tasks(result, previous):
+    """The array tasks that are final in ``result`` and were not in ``previous``, one line each."""
+    def final(one):
+        return {task["task"]: task for task in (one or {}).get("tasks") or []
+                if task.get("final")}
+    before = final(previous)
+    return [f"  {result['job_id']}_{task_id}: {task['state']}, exit code {task.get('exit_code')}"
+            + (f" | {task['log_last_line']}" if task.get("log_last_line") else "")
+            for task_id, task in final(result).items() if task_id not in before]
 
 
 class ActionModule(ActionBase):
@@ -84,8 +97,11 @@ class ActionModule(ActionBase):
     def show(self, result, previous):
         if result.get("job_id") is None:
             return
-        key = (result.get("state"), result.get("restarts"))
-        if previous is None or key != (previous.get("state"), previous.get("restarts")):
+        key = (result.get("state"), result.get("restarts"), result.get("tasks_done"))
+        if previous is None or key != (previous.get("state"), previous.get("restarts"), previous.get("tasks_done")):
             display.display(describe(result))
+        for line in newly_final_tasks(result, previous):
+            display.display(line)
+        label = result["job_id"] if result.get("log_task") is None else f"{result['job_id']}_{result['log_task']}"
         for line in (result.get("progress") or {}).get("log_lines", []):
-            display.display(f"  {result['job_id']} | {line}")
+            display.display(f"  {label} | {line}")

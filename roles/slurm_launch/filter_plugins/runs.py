@@ -68,6 +68,14 @@ def collected_jobs(paths, texts, user=None):
     return jobs
 
 
+def _array_of(job_id):
+    """The job id a row sorts by: a job's own, an array task's array ("12_3" -> 12); None otherwise."""
+    if isinstance(job_id, int) and not isinstance(job_id, bool):
+        return job_id
+    match = re.fullmatch(r"(\d+)_.+", str(job_id))
+    return int(match.group(1)) if match else None
+
+
 def jobs_table(active, finished, show_all=False):
     """Rows of the user's jobs, newest first: `active` from parse_squeue plus elapsed/work_dir
     (jobs.yml's squeue), `finished` the job.json of each outputs/<name>-<id>/ (with its folder
@@ -85,14 +93,15 @@ def jobs_table(active, finished, show_all=False):
             ",".join(job.get("nodes") or []) or "-", _duration(job.get("elapsed_seconds")),
             str(job.get("restarts") if job.get("restarts") is not None else "-"), str(job.get("outputs") or "-"))
     for job in active:
-        if not isinstance(job.get("job_id"), int):
-            continue  # an array task ("12_3"): not a launch's job
+        if _array_of(job.get("job_id")) is None:
+            continue  # a component of a heterogeneous job ("12+1"): not a launch's job
+        # A sweep's tasks ("12_3", and "12_[4-7]" still pending) are a row each.
         work_dir = (job.get("work_dir") or "").rstrip("/") + "/"
         state = job["state"] + (f" ({job['reason']})" if job.get("reason") and job["state"] != "RUNNING" else "")
         rows[job["job_id"]] = (
             str(job["job_id"]), job["name"], str(run_of_path(work_dir) or "-"), state, "-",
             job.get("nodes") or "-", _duration(_squeue_elapsed(job.get("elapsed"))), "-", "-")
-    ordered = [rows[job_id] for job_id in sorted(rows, reverse=True)]
+    ordered = [rows[job_id] for job_id in sorted(rows, key=lambda key: (_array_of(key), str(key)), reverse=True)]
     shown = ordered if show_all else ordered[:JOBS_SHOWN]
     widths = [max(len(row[i]) for row in [COLUMNS, *shown]) for i in range(len(COLUMNS))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [COLUMNS, *shown]]
