@@ -105,20 +105,20 @@ def in_dir(tmp_path, **overrides):
                   "conda_env": "", "nccl_env_file": str(env_file), "gpu_check": "", **overrides})
 
 
-def run_with_standins(tmp_path, script, exit_code=0):
+def run_with_standins(tmp_path, script, exit_code=0, **slurm_env):
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     for name, text in STANDINS.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(stat.S_IRWXU)
     (tmp_path / "job.sbatch").write_text(script)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RECORD": str(tmp_path / "argv.json"), "EXIT_CODE": str(exit_code),
            "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "magicdrive", "SLURM_JOB_NUM_NODES": "2",
-           "SLURM_JOB_NODELIST": "node[110-111]", "HOME": str(tmp_path)}
+           "SLURM_JOB_NODELIST": "node[110-111]", "HOME": str(tmp_path), **slurm_env}
     proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True,
                           timeout=30)
-    argv = json.loads((tmp_path / "argv.json").read_text())
-    return proc, argv
+    record = tmp_path / "argv.json"
+    return proc, json.loads(record.read_text()) if record.exists() else None
 
 
 def test_arguments_reach_the_training_exactly_and_rank_and_master_come_from_slurm(tmp_path):
@@ -306,3 +306,40 @@ def test_a_gpu_job_runs_the_gpu_check_on_every_node_before_training(tmp_path, ch
 
 def test_a_cpu_job_has_no_gpu_check(tmp_path):
     assert "gpu_check.py" not in render(in_dir(tmp_path, gpu_check=f"{tmp_path}/gpu_check.py", gpus_per_node=0))
+
+
+SWEEP = [[["lr", "0.1"], ["seed", "1"]], [["lr", "0.01"], ["seed", "1"]], [["lr", "0.1"], ["seed", "-2"]]]
+
+
+def test_a_sweep_is_one_array_whose_task_trains_its_point_in_a_directory_of_its_own(tmp_path):
+    script = render(in_dir(tmp_path, script_args=["--steps", "6"], sweep=SWEEP, sweep_parallel=2))
+    assert "--array=0-2%2" in directives(script)
+    assert f"--output={tmp_path}/%x-%A_%a.out" in directives(script)
+    proc, argv = run_with_standins(tmp_path, script, SLURM_ARRAY_TASK_ID="2", SLURM_ARRAY_JOB_ID="4240")
+    assert proc.returncode == 0, proc.stderr
+    assert argv[-7:] == ["/starmap/nas/code/train.py", "--steps", "6", "--lr", "0.1", "--seed", "-2"]
+    assert "point 2 of 3: --lr 0.1 --seed -2" in proc.stdout
+    # The point's own end record; the array's marker gets a line per task.
+    assert json.loads((tmp_path / "points" / "2" / "run.json").read_text())["state"] == "COMPLETED"
+    assert not (tmp_path / "run.json").exists()
+    assert (tmp_path / ".4240.ended").read_text() == "2 0\n"
+
+
+def test_a_sweep_without_a_limit_has_no_throttle_and_a_task_outside_it_stops(tmp_path):
+    script = render(in_dir(tmp_path, sweep=SWEEP))
+    assert "--array=0-2" in directives(script)
+    proc, argv = run_with_standins(tmp_path, script, SLURM_ARRAY_TASK_ID="3", SLURM_ARRAY_JOB_ID="4240")
+    assert (proc.returncode, argv) == (92, None)
+    assert "array task '3' is not a point of this sweep (0-2)" in proc.stderr
+
+
+def test_a_resumed_sweep_does_not_train_a_point_that_completed(tmp_path):
+    script = render(in_dir(tmp_path, sweep=SWEEP))
+    (tmp_path / "points" / "1").mkdir(parents=True)
+    (tmp_path / "points" / "1" / "run.json").write_text('{"job_id": 4241, "state": "COMPLETED", "exit_code": 0}\n')
+    proc, argv = run_with_standins(tmp_path, script, SLURM_ARRAY_TASK_ID="1", SLURM_ARRAY_JOB_ID="4240")
+    assert (proc.returncode, argv) == (0, None), proc.stderr
+    assert "point 1 already COMPLETED in this run: not training it again" in proc.stdout
+    assert (tmp_path / ".4240.ended").read_text() == "1 0\n"
+    proc, argv = run_with_standins(tmp_path, script, SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_JOB_ID="4240")
+    assert proc.returncode == 0 and argv[-4:] == ["--lr", "0.1", "--seed", "1"]

@@ -215,3 +215,15 @@ def test_a_timeout_used_up_exactly_ends_the_following():
     with mock.patch.object(action.time, "monotonic", side_effect=lambda: next(clock)):
         result, calls = run_slices([slice_result("RUNNING", False)], timeout=10)
     assert (result["timed_out"], len(calls)) == (True, 1)
+
+
+def test_an_arrays_progress_says_how_many_tasks_are_final_and_each_task_that_just_ended():
+    before = {"job_id": 5, "name": "sweep", "state": "RUNNING", "nodes": ["node110"], "tasks_done": 1, "tasks_total": 4,
+              "tasks": [{"task": 0, "state": "COMPLETED", "final": True, "exit_code": 0},
+                        {"task": 1, "state": "RUNNING", "final": False}]}
+    after = {**before, "tasks_done": 2,
+             "tasks": [before["tasks"][0], {"task": 1, "state": "FAILED", "final": True, "exit_code": 3,
+                                             "log_last_line": "boom"}]}
+    assert action.describe(after) == "job 5 (sweep): RUNNING on node110, 2 of 4 array tasks final"
+    assert action.newly_final_tasks(after, before) == ["  5_1: FAILED, exit code 3 | boom"]
+    assert action.newly_final_tasks(after, None) == ["  5_0: COMPLETED, exit code 0", "  5_1: FAILED, exit code 3 | boom"]

@@ -816,3 +816,28 @@ def test_gpus_are_counted_after_another_gres_item():
     # NIC resource listed first): every gpu item still counts, wherever it stands.
     nodes = slurm.parse_sinfo_nodes("n1|gpu*|idle|64|shard:8,gpu:2\nn2|gpu*|idle|64|mps:200,gpu:a100:4(S:0)\n")
     assert (nodes["n1"]["gpus"], nodes["n2"]["gpus"]) == (2, 4)
+
+
+@pytest.mark.parametrize(("task", "count"), [(3, 1), ("2-3", 2), ("0-9:2", 5), ("1,3-5", 4), ("7", 1)])
+def test_an_array_task_entry_counts_the_tasks_it_stands_for(task, count):
+    assert slurm.array_task_count(task) == count
+
+
+def test_an_array_task_range_that_is_not_one_is_refused():
+    with pytest.raises(slurm.SlurmParseError, match="invalid array task range 'x-1'"):
+        slurm.array_task_count("x-1")
+
+
+@pytest.mark.parametrize(("job_id", "array"), [(12, 12), ("12_3", 12), ("12_[4-7%2]", 12), ("12+1", None)])
+def test_the_array_a_squeue_job_id_belongs_to(job_id, array):
+    assert slurm.array_job_id(job_id) == array
+
+
+def test_the_pending_tasks_of_an_array_are_one_entry_and_a_running_task_is_shown(slurm_output):
+    job = slurm.parse_scontrol_job(slurm_output("scontrol_show_job_array_pending.txt"), "", array_job_id=5)
+    assert [(task["task"], task["job_id"], task["state"]) for task in job["tasks"]] == [
+        (0, 6, "RUNNING"), (1, 7, "RUNNING"), ("2-3", 5, "PENDING")]
+    assert (job["job_id"], job["state"], job["log_task"], job["tasks_done"], job["tasks_total"]) == (5, "RUNNING", 0, 0, 4)
+    # Without the array's id the records are several jobs, as before.
+    with pytest.raises(slurm.SlurmParseError, match="expected one job record, got 3"):
+        slurm.parse_scontrol_job(slurm_output("scontrol_show_job_array_pending.txt"))
