@@ -86,9 +86,30 @@ ALIAS_RE = re.compile(r"\{\{-?\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\(")
 TOP_LEVEL_KEY_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*):", re.MULTILINE)
 
 
+# O(prefixes)' default: what the inventory and Ansible set.
+DEFAULT_PREFIXES = ("cluster_", "ansible_")
+
+
 def aliases_of(defaults_text):
     """The NAME of each {{ NAME | default(...) }}, in order, without repeats."""
     return list(dict.fromkeys(ALIAS_RE.findall(defaults_text)))
+
+
+def known_options(defaults_text, specs):
+    """The role's long names: the options of its argument specs' main entry point (``specs``,
+    the loaded meta/argument_specs.yml) and every top-level variable of its defaults.
+    ValueError when the specs have no main entry point's options."""
+    try:
+        options = set(specs["argument_specs"]["main"]["options"])
+    except (KeyError, TypeError):
+        raise ValueError("has no argument_specs.main.options") from None
+    return options | set(TOP_LEVEL_KEY_RE.findall(defaults_text))
+
+
+def unknown_keys(given, aliases, options, prefixes=DEFAULT_PREFIXES):
+    """The keys of ``given`` that are neither an alias, an option nor prefixed, in its order."""
+    prefixes = tuple(prefixes)
+    return [key for key in given if key not in options and key not in aliases and not key.startswith(prefixes)]
 
 
 def unknown_keys_message(unknown, aliases, options, prefixes, prefixed=()):
@@ -120,7 +141,7 @@ class ActionModule(ActionBase):
         _, args = self.validate_argument_spec(argument_spec={
             "defaults_file": {"type": "path", "required": True},
             "argument_specs_file": {"type": "path", "required": True},
-            "prefixes": {"type": "list", "elements": "str", "default": ["cluster_", "ansible_"]},
+            "prefixes": {"type": "list", "elements": "str", "default": list(DEFAULT_PREFIXES)},
         })
         try:
             with open(args["defaults_file"], encoding="utf-8") as handle:
@@ -129,16 +150,14 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"cannot read the role's defaults {args['defaults_file']}: {error}") from None
         specs = self._loader.load_from_file(args["argument_specs_file"]) or {}
         try:
-            options = set(specs["argument_specs"]["main"]["options"])
-        except (KeyError, TypeError):
-            raise AnsibleActionFail(f"{args['argument_specs_file']} has no argument_specs.main.options") from None
-        options |= set(TOP_LEVEL_KEY_RE.findall(defaults_text))
+            options = known_options(defaults_text, specs)
+        except ValueError as error:
+            raise AnsibleActionFail(f"{args['argument_specs_file']} {error}") from None
         aliases = aliases_of(defaults_text)
         prefixes = tuple(args["prefixes"])
 
         given = sorted(load_extra_vars(self._loader))
-        unknown = [key for key in given
-                   if key not in options and key not in aliases and not key.startswith(prefixes)]
+        unknown = unknown_keys(given, aliases, options, prefixes)
         result.update(changed=False, aliases=aliases, known=sorted(options | set(aliases)), given=given,
                       unknown=unknown)
         if unknown:

@@ -76,11 +76,11 @@ def _array_of(job_id):
     return int(match.group(1)) if match else None
 
 
-def jobs_table(active, finished, show_all=False):
-    """Rows of the user's jobs, newest first: `active` from parse_squeue plus elapsed/work_dir
-    (jobs.yml's squeue), `finished` the job.json of each outputs/<name>-<id>/ (with its folder
-    as `outputs`). A job in both is Slurm's (a requeued job's job.json is older). At most
-    JOBS_SHOWN rows unless show_all; the last line says how many were left out."""
+def jobs_rows(active, finished):
+    """The user's jobs as the table's cells (COLUMNS, text each), newest first: `active` from
+    parse_squeue plus elapsed/work_dir (jobs.yml's squeue), `finished` the job.json of each
+    outputs/<name>-<id>/ (with its folder as `outputs`). A job in both is Slurm's (a requeued
+    job's job.json is older)."""
     if not isinstance(active, list) or not isinstance(finished, list):
         raise AnsibleFilterError("jobs_table: give two lists of jobs")
     rows = {}
@@ -101,7 +101,13 @@ def jobs_table(active, finished, show_all=False):
         rows[job["job_id"]] = (
             str(job["job_id"]), job["name"], str(run_of_path(work_dir) or "-"), state, "-",
             job.get("nodes") or "-", _duration(_squeue_elapsed(job.get("elapsed"))), "-", "-")
-    ordered = [rows[job_id] for job_id in sorted(rows, key=lambda key: (_array_of(key), str(key)), reverse=True)]
+    return [rows[job_id] for job_id in sorted(rows, key=lambda key: (_array_of(key), str(key)), reverse=True)]
+
+
+def jobs_table(active, finished, show_all=False):
+    """The lines of the table of jobs_rows: at most JOBS_SHOWN rows unless show_all; the last
+    line says how many were left out."""
+    ordered = jobs_rows(active, finished)
     shown = ordered if show_all else ordered[:JOBS_SHOWN]
     widths = [max(len(row[i]) for row in [COLUMNS, *shown]) for i in range(len(COLUMNS))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [COLUMNS, *shown]]

@@ -1,0 +1,143 @@
+"""The playbook's own request rules, loaded from the role's plugins, for a check before anything runs.
+
+Nothing here restates a rule: the unknown-key check is the slurm_launch_extra_vars action
+plugin's (its known keys computed from the role's defaults and argument specs, as the task
+computes them), the value rules are the ``job_value_problems`` filter (train_job.py, over
+module_utils), and a script path and its arguments are made what the launch makes of them by the
+``script_path`` and ``shell_words`` filters.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import yaml
+from ansible.errors import AnsibleError
+
+REPO = Path(__file__).resolve().parent.parent
+ROLE = REPO / "roles" / "slurm_launch"
+DEFAULTS_FILE = ROLE / "defaults" / "main.yml"
+ARGUMENT_SPECS_FILE = ROLE / "meta" / "argument_specs.yml"
+CLUSTER_DEFAULTS_FILE = REPO / "roles" / "cluster" / "defaults" / "main.yml"
+# The long names start with this; derive.yml's _given keys are the rest of the name.
+PREFIX = "slurm_launch_"
+# The values derive.yml's "Check the values that reach the job script." gives job_value_problems
+# (its _given, by the short key the filter reads); tests/unit/test_api.py holds this list to that
+# task's, so that the two cannot drift apart.
+GIVEN_KEYS = ("jobs_dir", "account", "time_limit", "extra_directives", "env", "cuda_home", "conda_root",
+              "conda_env", "venv", "nccl_env_dir", "rendezvous", "script", "script_args")
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(f"_slurm_train_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+extra_vars = _load("extra_vars", ROLE / "action_plugins" / "slurm_launch_extra_vars.py")
+train_job = _load("train_job", REPO / "roles" / "cluster" / "filter_plugins" / "train_job.py")
+script_path = _load("script_path", ROLE / "filter_plugins" / "script_path.py").script_path
+shell_words = _load("shell_words", ROLE / "filter_plugins" / "shell_words.py").shell_words
+runs = _load("runs", ROLE / "filter_plugins" / "runs.py")
+
+
+def _message(error):
+    """An Ansible error's own message, without Ansible's decorations."""
+    return getattr(error, "message", None) or str(error)
+
+
+def known_keys():
+    """(aliases, options) of the role, as the slurm_launch_extra_vars task computes them."""
+    text = DEFAULTS_FILE.read_text(encoding="utf-8")
+    specs = yaml.safe_load(ARGUMENT_SPECS_FILE.read_text(encoding="utf-8")) or {}
+    return extra_vars.aliases_of(text), extra_vars.known_options(text, specs)
+
+
+def prefixed_variables(inventory):
+    """The variables with a known prefix that a launch's task sees set (only suggested by the
+    unknown-key message): the submit host's inventory variables, Ansible's magic ones and the
+    cluster role's defaults. Empty where the inventory cannot be read (the playbook says why)."""
+    prefixes = extra_vars.DEFAULT_PREFIXES
+    names = set(extra_vars.TOP_LEVEL_KEY_RE.findall(CLUSTER_DEFAULTS_FILE.read_text(encoding="utf-8")))
+    try:
+        from ansible.inventory.manager import InventoryManager
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.vars.manager import VariableManager
+
+        loader = DataLoader()
+        hosts = InventoryManager(loader=loader, sources=[str(inventory)])
+        submit = hosts.get_hosts("submit[0]")
+        if submit:
+            names |= set(VariableManager(loader=loader, inventory=hosts).get_vars(host=submit[0]))
+    except (AnsibleError, OSError):
+        pass
+    return sorted(name for name in names if name.startswith(prefixes))
+
+
+def check_keys(given, inventory):
+    """ValueError with the playbook's message when ``given`` has a key a launch does not read."""
+    aliases, options = known_keys()
+    unknown = extra_vars.unknown_keys(sorted(given), aliases, options)
+    if unknown:
+        prefixed = [name for name in prefixed_variables(inventory) if name not in given]
+        raise ValueError(extra_vars.unknown_keys_message(unknown, aliases, options, extra_vars.DEFAULT_PREFIXES,
+                                                         prefixed))
+
+
+def _given_value(extravars, key, aliases):
+    """The value of slurm_launch_<key> that the -e values set (the long name wins over its alias,
+    as a variable given wins over the default that reads the alias), or KeyError."""
+    long_name = PREFIX + key
+    if long_name in extravars:
+        return extravars[long_name]
+    alias = key if key in aliases else None
+    if alias and alias in extravars:
+        return extravars[alias]
+    raise KeyError(key)
+
+
+def check_values(extravars):
+    """ValueError with the playbook's message when a value given would not go into the job script.
+
+    The values the inventory supplies (the jobs directory, CUDA home...) are checked by the
+    playbook, as are the rules it keeps in its tasks (names given as text, nodes or group, counts,
+    the node group): those failures raise LaunchError with the playbook's message.
+    """
+    aliases, _ = known_keys()
+    if _given_value_or(extravars, "job_id", aliases, 0) not in (0, "0", "", None):
+        return  # following a job: derive.yml checks no values
+    values = {}
+    for key in GIVEN_KEYS:
+        try:
+            values[key] = _given_value(extravars, key, aliases)
+        except KeyError:
+            continue
+    script = _given_value_or(extravars, "script", aliases, "")
+    try:
+        if "script" in values:
+            values["script"] = script_path(values["script"])
+        if "script_args" in values:
+            values["script_args"] = shell_words(values["script_args"])
+    except AnsibleError as error:
+        raise ValueError(_message(error)) from None
+    job_name = _given_value_or(extravars, "job_name", aliases, "")
+    if not job_name and isinstance(script, str) and script:
+        job_name = os.path.splitext(os.path.basename(script))[0]
+    if job_name:
+        values["job_name"] = job_name
+    partition = _given_value_or(extravars, "partition", aliases, "")
+    if partition:
+        values["partition"] = partition
+    problems = train_job.value_problems(values)
+    if problems:
+        raise ValueError(f"{'; '.join(problems)}.")
+
+
+def _given_value_or(extravars, key, aliases, default):
+    try:
+        return _given_value(extravars, key, aliases)
+    except KeyError:
+        return default
