@@ -1,0 +1,200 @@
+"""slurm_train's checks before anything runs: a wrong argument raises ValueError with the message
+the playbook's own rule gives (the slurm_launch_extra_vars plugin's, the job_value_problems
+filter's), and ansible-runner is never called; and what a run's events turn into."""
+
+import importlib.util
+import json
+import sys
+
+import pytest
+import yaml
+
+from conftest import PROJECT_ROOT
+
+if str(PROJECT_ROOT) not in sys.path:
+    sys.path.insert(0, str(PROJECT_ROOT))
+
+import slurm_train  # noqa: E402
+from slurm_train import _playbook, _rules  # noqa: E402
+
+ROLE = PROJECT_ROOT / "roles" / "slurm_launch"
+TRAINER = str(PROJECT_ROOT / "examples" / "train_ddp.py")
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The rules as the playbook loads them, independently of slurm_train's own loading.
+extra_vars = _load("test_api_extra_vars", ROLE / "action_plugins" / "slurm_launch_extra_vars.py")
+train_job = _load("test_api_train_job", PROJECT_ROOT / "roles" / "cluster" / "filter_plugins" / "train_job.py")
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """ansible_runner.run raises: a test that reaches it fails."""
+    def refuse(**kwargs):
+        raise AssertionError(f"ansible_runner.run was called: {kwargs.get('playbook')}")
+    monkeypatch.setattr(_playbook.ansible_runner, "run", refuse)
+
+
+def playbook_unknown_message(given, prefixed):
+    """The slurm_launch_extra_vars task's message for these -e keys, from the role's files."""
+    text = (ROLE / "defaults" / "main.yml").read_text()
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
+    aliases = extra_vars.aliases_of(text)
+    options = extra_vars.known_options(text, specs)
+    unknown = extra_vars.unknown_keys(sorted(given), aliases, options)
+    assert unknown, "the test's keys must include an unknown one"
+    return extra_vars.unknown_keys_message(unknown, aliases, options, ("cluster_", "ansible_"), prefixed)
+
+
+def test_a_misspelt_key_raises_the_playbooks_message_with_its_suggestion(nothing_runs):
+    with pytest.raises(ValueError) as raised:
+        slurm_train.launch(script=TRAINER, nodes="node110,node111", wiat=False)
+    message = str(raised.value)
+    assert message.startswith("Unknown -e key: -e wiat (did you mean 'wait'?). A launch reads: script, ")
+    prefixed = _rules.prefixed_variables(_playbook.DEFAULT_INVENTORY)
+    assert message == playbook_unknown_message(["script", "nodes", "wiat"], prefixed)
+
+
+def test_a_key_close_to_an_inventory_variable_is_pointed_to_it(nothing_runs):
+    with pytest.raises(ValueError) as raised:
+        slurm_train.launch(script=TRAINER, nodes="node110", nas_root="/nas")
+    assert str(raised.value).startswith("Unknown -e key: -e nas_root (did you mean 'cluster_nas_root'?).")
+    assert "cluster_nas_root" in _rules.prefixed_variables(_playbook.DEFAULT_INVENTORY)
+
+
+def test_several_unknown_keys_are_all_named(nothing_runs):
+    with pytest.raises(ValueError, match=r"^Unknown -e keys: -e nods \(did you mean 'nodes'\?\); "
+                                         r"-e scirpt \(did you mean 'script'\?\)\."):
+        slurm_train.launch(nods="node110", scirpt=TRAINER)
+
+
+@pytest.mark.parametrize("given, key, value", [
+    ({"job_name": "a/b"}, "job_name", "a/b"),
+    ({"time_limit": "1h"}, "time_limit", "1h"),
+    ({"slurm_launch_time_limit": "2 hours"}, "time_limit", "2 hours"),
+    ({"account": "ml team"}, "account", "ml team"),
+    ({"rendezvous": "etcd"}, "rendezvous", "etcd"),
+    ({"slurm_launch_extra_directives": ["--clusters=other"]}, "extra_directives", ["--clusters=other"]),
+    ({"slurm_launch_env": {"1BAD": "x"}}, "env", {"1BAD": "x"}),
+])
+def test_a_bad_value_raises_the_job_value_problems_message(nothing_runs, given, key, value):
+    with pytest.raises(ValueError) as raised:
+        slurm_train.launch(script=TRAINER, nodes="node110", **given)
+    # What derive.yml's check gives for this request: the filter's problems, joined, with a '.'.
+    values = {key: value, "script": TRAINER, "job_name": given.get("job_name", "train_ddp")}
+    problems = train_job.value_problems(values)
+    assert problems, "the value must be one the rule refuses"
+    assert str(raised.value) == f"{'; '.join(problems)}."
+
+
+def test_the_job_name_derived_from_the_script_is_checked_too(nothing_runs, tmp_path):
+    script = tmp_path / "bad name.py"
+    with pytest.raises(ValueError, match=r"^job_name='bad name' is not allowed: a job name is "):
+        slurm_train.launch(script=str(script), nodes="node110")
+
+
+def test_script_args_that_cannot_be_split_raise_the_filters_message(nothing_runs):
+    with pytest.raises(ValueError) as raised:
+        slurm_train.launch(script=TRAINER, nodes="node110", script_args='--name "a b')
+    assert str(raised.value).startswith("script_args '--name \"a b' cannot be split into arguments: ")
+
+
+def test_a_followed_job_has_no_values_to_check(monkeypatch):
+    """-e job_id=N: derive.yml checks no values (its task has `when: not following`); the run goes ahead."""
+    calls = []
+    monkeypatch.setattr(_playbook.ansible_runner, "run", lambda **kwargs: calls.append(kwargs) or _Finished())
+    with pytest.raises(slurm_train.LaunchError):
+        slurm_train.launch(job_id=12, time_limit="1h")
+    assert calls and calls[0]["extravars"] == {"job_id": 12, "time_limit": "1h"}
+
+
+def test_the_checked_keys_are_the_ones_derive_yml_checks():
+    """_rules.GIVEN_KEYS is derive.yml's _given: a key added there and not here fails this test."""
+    tasks = yaml.safe_load((ROLE / "tasks" / "derive.yml").read_text())
+    check = next(task for task in tasks if task.get("name") == "Check the values that reach the job script.")
+    assert tuple(check["vars"]["_given"]) == _rules.GIVEN_KEYS
+    for key, expression in check["vars"]["_given"].items():
+        assert f"slurm_launch_{key}" in expression or key == "script", (key, expression)
+
+
+class _Finished:
+    status, rc = "failed", 2
+
+
+def test_a_good_request_runs_launch_yml_with_the_values_as_extra_vars(monkeypatch):
+    calls = []
+
+    def run(**kwargs):
+        calls.append(kwargs)
+        handler = kwargs["event_handler"]
+        handler({"event": "verbose", "stdout": "job 7 (train_ddp): RUNNING on node110,node111"})
+        handler({"event": "verbose", "stdout": "  7 | [rank0] step=1 loss=0.5"})
+        handler({"event": "runner_on_failed", "event_data": {
+            "task_action": "ansible.builtin.assert", "task": "Check the counts.",
+            "res": {"failed": True, "msg": "One or more items failed",
+                    "results": [{"failed": False}, {"failed": True, "msg": "num_nodes=0 is not allowed: ..."}]}}})
+        return _Finished()
+
+    monkeypatch.setattr(_playbook.ansible_runner, "run", run)
+    lines = []
+    with pytest.raises(slurm_train.LaunchError) as raised:
+        slurm_train.launch(script="examples/train_ddp.py", group="gpu_A6000", num_nodes=0, user="bob",
+                           on_progress=lines.append, script_args=["--steps", "5"])
+    assert raised.value.message == "num_nodes=0 is not allowed: ..."
+    assert not isinstance(raised.value, slurm_train.JobFailed) and raised.value.job_id is None
+    assert lines == ["job 7 (train_ddp): RUNNING on node110,node111", "  7 | [rank0] step=1 loss=0.5"]
+    (call,) = calls
+    assert call["playbook"] == str(PROJECT_ROOT / "launch.yml") and call["project_dir"] == str(PROJECT_ROOT)
+    assert call["inventory"] == str(PROJECT_ROOT / "inventory" / "local")
+    assert call["extravars"] == {"script": str(PROJECT_ROOT / "examples" / "train_ddp.py"), "group": "gpu_A6000",
+                                 "num_nodes": 0, "script_args": ["--steps", "5"], "ansible_user": "bob"}
+    assert call["envvars"]["ANSIBLE_HOST_KEY_CHECKING"] == "True" and call["quiet"] is True
+
+
+def test_a_job_that_ran_and_failed_raises_job_failed_with_its_collected_result(monkeypatch, tmp_path):
+    outputs = tmp_path / "train_ddp-9"
+    outputs.mkdir()
+    job = {"job_id": 9, "name": "train_ddp", "state": "FAILED", "exit_code": 1, "outcome": "failed"}
+    (outputs / "job.json").write_text(json.dumps(job))
+    (outputs / "summary.txt").write_text("job        9 (train_ddp)\n")
+
+    def run(**kwargs):
+        handler = kwargs["event_handler"]
+        handler({"event": "runner_on_ok", "event_data": {"task_action": "slurm_job", "res": {
+            "job_id": 9, "name": "train_ddp", "state": "FAILED", "exit_code": 1, "outcome": "failed", "final": True}}})
+        handler({"event": "runner_on_ok", "event_data": {"task_action": "ansible.builtin.set_fact", "res": {
+            "ansible_facts": {"_slurm_launch_run": {"run": 1, "run_line": "fresh run 1"}}}}})
+        handler({"event": "runner_on_ok", "event_data": {"task_action": "ansible.builtin.copy", "res": {
+            "dest": str(outputs / "job.json")}}})
+        handler({"event": "runner_on_failed", "event_data": {"task_action": "ansible.builtin.fail", "res": {
+            "msg": "job 9 (train_ddp) ended FAILED, exit code 1"}}})
+        return _Finished()
+
+    monkeypatch.setattr(_playbook.ansible_runner, "run", run)
+    with pytest.raises(slurm_train.JobFailed) as raised:
+        slurm_train.launch(script=TRAINER, nodes="node110")
+    result = raised.value.result
+    assert raised.value.message == "job 9 (train_ddp) ended FAILED, exit code 1"
+    assert (result.job_id, result.state, result.exit_code, result.outcome) == (9, "FAILED", 1, "failed")
+    assert (result.outputs, result.job, result.run_line) == (outputs, job, "fresh run 1")
+    assert result.summary == "job        9 (train_ddp)" and not result.succeeded
+
+
+def test_jobs_rows_are_the_tables_rows():
+    runs = _rules.runs
+    active = [{"job_id": 12, "name": "long", "state": "PENDING", "reason": "Priority", "nodes": "", "elapsed": "0:00",
+               "work_dir": "/nas/jobs/alice/long/runs/2"}]
+    finished = [{"job_id": 11, "name": "done", "state": "COMPLETED", "exit_code": 0, "nodes": ["node110"],
+                 "elapsed_seconds": 65, "restarts": 0, "stdout_path": "/nas/jobs/alice/done/runs/1/done-11.out",
+                 "outputs": "/out/done-11"}]
+    rows = runs.jobs_rows(active, finished)
+    assert rows == [("12", "long", "2", "PENDING (Priority)", "-", "-", "0:00", "-", "-"),
+                    ("11", "done", "1", "COMPLETED", "0", "node110", "1:05", "0", "/out/done-11")]
+    table = runs.jobs_table(active, finished)
+    assert [line.split()[0] for line in table] == ["job", "12", "11"]
