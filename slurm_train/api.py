@@ -140,15 +140,24 @@ def launch(script=None, nodes=None, group=None, num_nodes=None, *, inventory=Non
     return result
 
 
-def jobs(all=False, *, inventory=None, user=None):  # jobs.yml's own -e all
+def _jobs_playbook(extravars, user, inventory, on_line=None):
+    """jobs.yml with these -e values, their keys checked first as the playbook checks them."""
+    values = _common(extravars, user)
+    _rules.check_keys(values, inventory_path(inventory))
+    return run_playbook("jobs.yml", values, inventory, on_line)
+
+
+def jobs(all=False, *, inventory=None, user=None, **extravars):  # jobs.yml's own -e all
     """The user's jobs, newest first: ``ansible-playbook jobs.yml`` (``all=True``: -e all=true).
 
     Each a dict of the table's columns (job, name, run, state, exit, nodes, elapsed, restarts,
     outputs), each cell the text the table shows: pending and running jobs from Slurm (state
     with the reason a job waits), finished ones from the outputs folder's job.json files. At most
-    the newest 20 unless ``all``. LaunchError with the playbook's message when it fails.
+    the newest 20 unless ``all``. ``extravars`` are more -e values (slurm_launch_outputs_dir:
+    the outputs folder to read), their keys checked as launch checks them. LaunchError with the
+    playbook's message when it fails.
     """
-    run = run_playbook("jobs.yml", _common({"all": bool(all)}, user), inventory)
+    run = _jobs_playbook({"all": bool(all), **extravars}, user, inventory)
     if run.status != "successful":
         raise LaunchError(run.failure)
     mine = run.last("slurm_job", lambda res: "jobs" in res)
@@ -168,16 +177,16 @@ def jobs(all=False, *, inventory=None, user=None):  # jobs.yml's own -e all
     return [dict(zip(_rules.runs.COLUMNS, row)) for row in shown]
 
 
-def cancel(job_id, *, inventory=None, user=None):
+def cancel(job_id, *, inventory=None, user=None, **extravars):
     """Cancel a job of the user, wait until Slurm says it ended, collect it:
     ``ansible-playbook jobs.yml -e cancel=N``.
 
     Returns the JobResult of the ended job (state CANCELLED, or how it ended if it ended first)
     with its outputs folder; for a job Slurm does not know, a JobResult with state None and
     nothing collected. LaunchError with the playbook's message for another user's job
-    ("job N belongs to bob, not to alice") or a bad id.
+    ("job N belongs to bob, not to alice") or a bad id. ``extravars`` as for jobs().
     """
-    run = run_playbook("jobs.yml", _common({"cancel": job_id}, user), inventory)
+    run = _jobs_playbook({"cancel": job_id, **extravars}, user, inventory)
     result = _job_result(run)
     if run.status != "successful":
         raise LaunchError(run.failure, result.job_id if result else None)
@@ -190,21 +199,22 @@ def cancel(job_id, *, inventory=None, user=None):
 _LOG_LINE = re.compile(r"^\s*(\d+) \| (.*)$")
 
 
-def logs(job_id, on_line=None, *, inventory=None, user=None):
+def logs(job_id, on_line=None, *, inventory=None, user=None, **extravars):
     """Follow a job's log until the job ends: ``ansible-playbook jobs.yml -e logs=N``.
 
     ``on_line(line)`` gets the log's tail, then each new line, as the playbook prints them (each
     line of the log as it is, without the ``  N | `` in front). Returns when the job has ended,
     with its JobResult (nothing collected: cancel or a launch with job_id=N collects). A job that
     failed does not raise (jobs.yml does not fail for it either); LaunchError with the playbook's
-    message when the playbook fails (another user's job, a bad id).
+    message when the playbook fails (another user's job, a bad id). ``extravars`` as for jobs()
+    (slurm_launch_logs_every: seconds between looks, 5).
     """
     def each(line):
         match = _LOG_LINE.match(line)
         if match and on_line is not None and match.group(1) == str(job_id):
             on_line(match.group(2))
 
-    run = run_playbook("jobs.yml", _common({"logs": job_id}, user), inventory, each)
+    run = _jobs_playbook({"logs": job_id, **extravars}, user, inventory, each)
     result = _job_result(run)
     if run.status != "successful":
         raise LaunchError(run.failure, result.job_id if result else None)
