@@ -3,8 +3,8 @@
 Nothing here restates a rule: the unknown-key check is the slurm_launch_extra_vars action
 plugin's (its known keys computed from the role's defaults and argument specs, as the task
 computes them), the value rules are the ``job_value_problems`` filter (train_job.py, over
-module_utils), and a script path and its arguments are made what the launch makes of them by the
-``script_path`` and ``shell_words`` filters.
+module_utils) and the ``sweep_problems`` filter (sweep.py), and a script path and its arguments
+are made what the launch makes of them by the ``script_path`` and ``shell_words`` filters.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ train_job = _load("train_job", REPO / "roles" / "cluster" / "filter_plugins" / "
 script_path = _load("script_path", ROLE / "filter_plugins" / "script_path.py").script_path
 shell_words = _load("shell_words", ROLE / "filter_plugins" / "shell_words.py").shell_words
 runs = _load("runs", ROLE / "filter_plugins" / "runs.py")
+sweep_problems = _load("sweep", ROLE / "filter_plugins" / "sweep.py").sweep_problems
 
 
 def _message(error):
@@ -131,7 +132,9 @@ def check_values(extravars):
     partition = _given_value_or(extravars, "partition", aliases, "")
     if partition:
         values["partition"] = partition
-    problems = train_job.value_problems(values)
+    problems = train_job.value_problems(values) + sweep_problems(
+        _given_value_or(extravars, "sweep", aliases, {}), _given_value_or(extravars, "sweep_parallel", aliases, 0),
+        values.get("script_args", []))
     if problems:
         raise ValueError(f"{'; '.join(problems)}.")
 

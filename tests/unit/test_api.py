@@ -93,6 +93,24 @@ def test_a_bad_value_raises_the_job_value_problems_message(nothing_runs, given, 
     assert str(raised.value) == f"{'; '.join(problems)}."
 
 
+sweep = _load("test_api_sweep", ROLE / "filter_plugins" / "sweep.py")
+
+
+@pytest.mark.parametrize("given", [
+    {"sweep": {"lr": ["0.1", "0.1"]}},
+    {"sweep": {"lr": [0.1]}, "sweep_parallel": -1},
+    {"sweep_parallel": 2},
+    {"sweep": {"steps": [1, 2]}, "script_args": "--steps 5"},
+])
+def test_a_bad_sweep_raises_the_sweep_problems_message(nothing_runs, given):
+    with pytest.raises(ValueError) as raised:
+        slurm_train.launch(script=TRAINER, nodes="node110", **given)
+    args = given.get("script_args", "").split()
+    problems = sweep.sweep_problems(given.get("sweep", {}), given.get("sweep_parallel", 0), args)
+    assert problems, "the sweep must be one the rule refuses"
+    assert str(raised.value) == f"{'; '.join(problems)}."
+
+
 def test_the_job_name_derived_from_the_script_is_checked_too(nothing_runs, tmp_path):
     script = tmp_path / "bad name.py"
     with pytest.raises(ValueError, match=r"^job_name='bad name' is not allowed: a job name is "):
