@@ -93,6 +93,15 @@ options:
         O(poll_min) up to this while the state stays the same.
     type: float
     default: 30
+  marked_poll_interval:
+    description:
+      - With O(end_marker), while the job runs, the longest interval in seconds between two looks
+        at it. The marker answers its end, so Slurm is asked only this often (for a job that ends
+        without writing it, after a node failure or a kill), as soon as the marker appears, and
+        as the job's time limit passes. While the job is pending, its log appearing (the job
+        started) is looked for the same way and ends the wait.
+    type: float
+    default: 60
   accounting:
     description:
       - Whether C(sacct) (slurmdbd) may be asked about a job slurmctld no longer knows.
@@ -165,6 +174,16 @@ options:
       - C(SLURM_CLUSTERS) and C(SBATCH_CLUSTERS) are refused, as C(--clusters) is in O(sbatch_args).
     type: dict
     default: {}
+  run_records:
+    description:
+      - The jobs directory (C(<jobs>/<user>/<job name>/runs/<run id>/), as the project's C(job_dir)
+        module lays it out). When the job is final, its run's end record C(run.json) (job id,
+        state, exit code, restarts, as Slurm has them) is written beside its log, in the same
+        module run that saw the end; the next launch of the name reads it to resume or start
+        afresh. Only for a log in a run directory of the module user's own C(<jobs>/<user>/);
+        another user's job (followed by root or an operator) is never written into.
+      - Not in check mode.
+    type: path
   private_output:
     description:
       - Submit with umask C(077), so that the job's output files are readable by the user alone
@@ -400,6 +419,12 @@ progress:
     tasks_done:
       description: For a job array, how many of its tasks were final; null otherwise.
       type: int
+run_record:
+  description:
+    - The C(run.json) this run wrote for the final job (O(run_records)); null when none was written.
+  returned: always
+  type: str
+  sample: /starmap/nas/jobs/alice/train/runs/3/run.json
 controller_outage_seconds:
   description: Seconds the module waited, while following, for a slurmctld that did not answer.
   returned: always
@@ -487,10 +512,14 @@ test_only:
       sample: null
 """
 
+import datetime
 import hashlib
 import itertools
+import json
 import os
 import pwd
+import re
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -531,6 +560,7 @@ ARGUMENT_SPEC = {
     "timeout": {"type": "int", "default": 0},
     "poll_min": {"type": "float", "default": 1},
     "poll_max": {"type": "float", "default": 30},
+    "marked_poll_interval": {"type": "float", "default": 60},
     "accounting": {"type": "str", "choices": ["auto", "yes", "no"], "default": "auto"},
     "force": {"type": "bool", "default": False},
     "log_tail_lines": {"type": "int", "default": 40},
@@ -542,6 +572,7 @@ ARGUMENT_SPEC = {
     "progress_log_lines": {"type": "int", "default": 5},
     "progress_from": {"type": "dict"},
     "private_output": {"type": "bool", "default": False},
+    "run_records": {"type": "path"},
 }
 
 CLUSTERS_RULE = ("the module follows jobs of the local cluster only (its queries have no -M); submit from a host "
@@ -569,11 +600,18 @@ JOB_KEYS = (
     "restarts", "stdout_path", "stderr_path", "name", "partition", "state_source",
     "tasks", "tasks_done", "tasks_total", "log_task",
 )
+# What a slice hands the next of the job it saw (progress.job), so that a slice that ends without
+# a look need not ask Slurm: the job's record as find_job gives it.
+JOB_RECORD_KEYS = JOB_KEYS + ("UserId", "EndTime")
 LOG_READ_BLOCK = 64 * 1024
 # How often the end marker is looked for: a stat of a local or NAS file, no controller RPC.
 MARKER_CHECK_INTERVAL = 0.2
 # Longest pause between two tries to reach a controller that does not answer while following.
 CONTROLLER_RETRY_MAX_DELAY = 15.0
+# <jobs dir>/<user>/<job name>/runs/<run id>/<log>: library/job_dir.py's layout.
+RUN_LOG_RE = re.compile(r"/runs/[1-9][0-9]*/[^/]+$")
+# What a run's end record keeps of the job (job_dir.py reads it).
+RUN_RECORD_KEYS = ("job_id", "state", "exit_code", "restarts")
 # After the marker, Slurm is asked this many times at that pace before the regular schedule.
 MARKER_QUICK_POLLS = 10
 
@@ -830,6 +868,23 @@ class SlurmClient:
             raise SlurmCommandError("scancel", rc, err)
 
 
+def _seconds_until(text):
+    """Seconds from now to scontrol's EndTime (2026-12-04T18:10:00, local time); None when unknown."""
+    try:
+        return (datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S") - datetime.datetime.now()).total_seconds()
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _file_stamp(path):
+    """(mtime, size) of a file, None when there is none: a stat, no controller RPC."""
+    try:
+        stat = os.stat(path) if path else None
+    except OSError:
+        return None
+    return stat and (stat.st_mtime_ns, stat.st_size)
+
+
 class EndMarker:
     """The file a job writes as its batch script ends, watched so as to answer without polling Slurm."""
 
@@ -841,25 +896,26 @@ class EndMarker:
         self.quick_polls_left = 0
 
     def _stamp(self):
-        try:
-            stat = os.stat(self.path) if self.path else None
-        except OSError:
-            return None
-        return stat and (stat.st_mtime_ns, stat.st_size)
+        return _file_stamp(self.path)
 
-    def wait(self, seconds):
-        """Sleep up to ``seconds``, returning early once the marker appears or changes."""
+    def wait(self, seconds, also=None):
+        """Sleep up to ``seconds``; True once the marker appears or changes, or once the file
+        ``also`` (a pending job's log) appears or changes, False when the time is up."""
         deadline = time.monotonic() + seconds
+        also_seen = _file_stamp(also)
         while self.path:
             stamp = self._stamp()
             if stamp is not None and stamp != self.seen:
                 self.seen, self.quick_polls_left = stamp, MARKER_QUICK_POLLS
-                return
+                return True
+            if also and _file_stamp(also) != also_seen:
+                return True
             left = deadline - time.monotonic()
             if left <= 0:
-                return
+                return False
             time.sleep(min(MARKER_CHECK_INTERVAL, left))
         time.sleep(max(0.0, deadline - time.monotonic()))
+        return False
 
     def hurry(self):
         """True for a few polls after the marker changed; then back to the regular schedule."""
@@ -881,14 +937,45 @@ class SlurmJobRunner:
         self.result.update(
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
-            nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None,
+            nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
         )
 
     def finish(self, msg=None):
         self.result["queries"] = self.slurm.queries
+        record_error = self.record_run_end()
+        if record_error:
+            msg = f"{msg}; {record_error}" if msg else record_error
         if msg is None:
             self.module.exit_json(**self.result)
         self.module.fail_json(msg=msg, **self.result)
+
+    def record_run_end(self):
+        """Write the final job's run.json beside its log (O(run_records)); a message if that failed."""
+        result, root = self.result, self.params["run_records"]
+        log, owner = result.get("stdout_path"), result.get("user")
+        if (not root or self.module.check_mode or not result.get("final") or result.get("state") is None
+                or not log or owner is None or owner != self.slurm.user):
+            return None
+        log = "/" + os.path.normpath(log).lstrip("/")
+        if not log.startswith(f"{os.path.normpath(root).rstrip('/')}/{owner}/") or not RUN_LOG_RE.search(log):
+            return None
+        run_dir = os.path.dirname(log)
+        path = os.path.join(run_dir, "run.json")
+        text = json.dumps({key: result.get(key) for key in RUN_RECORD_KEYS}) + "\n"
+        try:
+            # A temporary file (0600) beside it, then a rename: a reader never sees half a record.
+            handle, scratch = tempfile.mkstemp(dir=run_dir, prefix=".run.json.")
+            try:
+                with os.fdopen(handle, "w", encoding="utf-8") as out:
+                    out.write(text)
+                os.replace(scratch, path)
+            except BaseException:
+                os.unlink(scratch)
+                raise
+        except OSError as error:
+            return f"cannot write the run's end record {path}: {error.strerror or error}"
+        result["run_record"] = path
+        return None
 
     def record(self, job):
         """Copy what is known about the job into the result."""
@@ -912,12 +999,16 @@ class SlurmJobRunner:
         progress = self.params["progress_from"]
         marker = EndMarker(self.params["end_marker"], job_id, seen=(progress or {}).get("marker"))
         if progress:
-            # A slice after the first: the job was just looked at; carry on from there.
+            # A slice after the first: carry on from the last look, and from the job it saw.
             schedule.resume(progress["next_poll"], (progress["state"], progress["restarts"], progress.get("tasks_done")))
-            job = None
+            job, seen = None, progress.get("job")
+            look_at, watch_log = progress.get("next_look_at"), progress.get("watch_log")
+            if look_at is None:  # from a slice that planned no look: the schedule's next interval
+                look_at = time.monotonic() + next(schedule)
         else:
-            job = self.find_job_patiently(job_id)
+            job = seen = self.find_job_patiently(job_id)
             schedule.observe(change_key(job))
+            look_at, watch_log = self.plan_look(schedule, marker, job)
         while job is None or not job_state(job["state"]).final:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -927,13 +1018,19 @@ class SlurmJobRunner:
                 # The batch script just ended: Slurm makes the job final within moments.
                 time.sleep(MARKER_CHECK_INTERVAL if remaining is None else min(MARKER_CHECK_INTERVAL, remaining))
             else:
-                interval = next(schedule)
-                marker.wait(interval if remaining is None else min(interval, remaining))
-            job = self.find_job_patiently(job_id)
-            if schedule.observe(change_key(job)) and self.params["return_on_change"]:
+                wait = max(0.0, look_at - time.monotonic())
+                woke = marker.wait(wait if remaining is None else min(wait, remaining), also=watch_log)
+                if (self.params["return_on_change"] and not woke
+                        and time.monotonic() < look_at - MARKER_CHECK_INTERVAL):
+                    continue  # the slice is up before the next look is due: a later slice makes it
+            job = seen = self.find_job_patiently(job_id)
+            changed = schedule.observe(change_key(job))
+            look_at, watch_log = self.plan_look(schedule, marker, job)
+            if changed and self.params["return_on_change"]:
                 break
-        if job is None:  # the slice ended before its first look
-            job = self.find_job_patiently(job_id)
+        if job is None:
+            # The slice ended before its first look: the job as the last slice saw it (no RPC).
+            job = seen if seen is not None else self.find_job_patiently(job_id)
         info = self.record(job)
         if self.params["return_on_change"]:
             # An array's log is that of the task shown, which changes: another file starts with its tail.
@@ -942,10 +1039,30 @@ class SlurmJobRunner:
                                            min(self.params["progress_log_lines"], self.params["log_tail_lines"]))
             self.result["progress"] = {
                 "state": job["state"], "restarts": job["restarts"], "tasks_done": job.get("tasks_done"),
-                "next_poll": schedule.next_interval,
+                "next_poll": schedule.next_interval, "next_look_at": look_at, "watch_log": watch_log,
                 "marker": marker.seen, "log_path": job["stdout_path"], "log_offset": offset, "log_lines": lines,
+                "job": {key: job.get(key) for key in JOB_RECORD_KEYS},
             }
         return info
+
+    def plan_look(self, schedule, marker, job):
+        """(when to ask Slurm next, as time.monotonic(), the same clock in every slice's process on
+        this host; the file whose change is looked for meanwhile).
+
+        With an end marker, the marker answers a running job's end, so Slurm is asked only at
+        marked_poll_interval (for a job that ends without writing it); a pending job's log
+        appearing says that it started."""
+        interval, watched = next(schedule), None
+        if marker.path and not job_state(job["state"]).final:
+            if job["state"].split()[0] == "PENDING":
+                watched = job.get("stdout_path")
+            else:
+                interval = max(interval, self.params["marked_poll_interval"])
+                # A job waiting for its time limit writes no marker: look as the limit passes.
+                left = _seconds_until(job.get("EndTime"))
+                if left is not None and left > 0:
+                    interval = min(interval, left + self.params["poll_min"])
+        return time.monotonic() + interval, watched
 
     def find_job_patiently(self, job_id):
         """The job's record; a controller that does not answer (restart, failover) is waited for.

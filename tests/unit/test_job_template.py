@@ -208,7 +208,8 @@ def test_at_the_warning_the_training_checkpoints_and_the_job_is_requeued(tmp_pat
     assert record.read_text().splitlines() == ["started", "got USR1", "scontrol requeue 77"]
     assert "requeueing: restart 1 of at most 1 resumes from the checkpoint" in out
     assert batch.returncode == 0
-    assert not (tmp_path / ".77.ended").exists(), "a requeued run has not ended the job"
+    # The marker says "requeued", not an exit code: the follower asks Slurm at once and sees the requeue.
+    assert (tmp_path / ".77.ended").read_text() == "requeued\n"
     assert not (tmp_path / "run.json").exists(), "nor its run"
 
 

@@ -708,7 +708,7 @@ def test_a_slice_of_following_ends_at_the_first_change_with_where_it_got(slurm_c
     progress = outcome.result["progress"]
     assert (outcome.failed, outcome.result["final"], outcome.result["timed_out"]) == (False, False, False)
     assert (progress["state"], progress["restarts"]) == ("RUNNING", 1)
-    assert progress["next_poll"] == 1, "a change starts the schedule over"
+    assert progress["next_look_at"] == clock.now + 1, "a change starts the schedule over"
 
 
 def test_the_next_slice_carries_on_without_asking_at_once(slurm_cli, clock, job_output):
