@@ -126,9 +126,14 @@ def test_an_interrupted_launch_run_again_follows_the_same_job(cluster, tmp_path)
 
 def test_a_controller_restart_while_following_does_not_lose_the_job(cluster, tmp_path):
     name = unique_job_name("ctld")
-    launch = start_launch(tmp_path, *training(name, steps=70))
+    submitted = start_launch(tmp_path, *training(name, steps=70), "wait=false")
+    assert submitted.wait(timeout=120) == 0, submitted.stdout.read()
+    job_id = wait_for_training(cluster, name)
+    # Followed by id: no end marker to watch, so Slurm is asked on the poll schedule, during the
+    # outage too. (A launch that follows its own job asks only at the marker or every 60 s.)
+    launch = start_launch(tmp_path, f"job_id={job_id}")
     try:
-        wait_for_training(cluster, name)
+        time.sleep(5)
         pid = cluster.pids()["slurmctld"]
         os.kill(pid, signal.SIGTERM)
         assert eventually(lambda: not alive(pid), 30)

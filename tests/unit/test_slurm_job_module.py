@@ -5,6 +5,7 @@ exit_json/fail_json raise instead of exiting, carrying the result.
 """
 
 import functools
+import json
 import os
 import pwd
 import random
@@ -956,3 +957,108 @@ def test_list_fails_with_squeues_message(slurm_cli, clock):
     slurm_cli.answer(["squeue"], rc=1, err="squeue: error: Invalid user: 9999\n")
     outcome = run_module({"state": "list"})
     assert outcome.failed and "squeue failed (rc=1): squeue: error: Invalid user: 9999" in outcome.result["msg"]
+
+
+# Following on the end marker: Slurm asked only when the marker or the log says something changed,
+# or at marked_poll_interval; a slice with no look due ends without an RPC.
+
+def test_a_running_job_with_an_end_marker_is_asked_about_at_the_marked_interval(slurm_cli, clock, tmp_path,
+                                                                                 job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    outcome = run_module({"job_id": 1234, "end_marker": str(tmp_path / ".%j.ended"), "marked_poll_interval": 45})
+    assert outcome.result["state"] == "COMPLETED" and outcome.result["queries"] == 3
+    # Not 1, 2, 4, 8...: the marker would answer the end, so the safety looks are 45 s apart.
+    assert sum(clock.sleeps) == pytest.approx(90) and max(clock.sleeps) <= slurm_job.MARKER_CHECK_INTERVAL
+
+
+def test_without_an_end_marker_the_schedule_is_the_doubling_one(slurm_cli, clock, job_output):
+    for state in ("running", "running", "running", "completed"):
+        slurm_cli.answer(SCONTROL, out=job_output(state))
+    outcome = run_module({"job_id": 1234, "marked_poll_interval": 45})
+    assert outcome.result["state"] == "COMPLETED"
+    assert clock.sleeps == [1, 2, 4]
+
+
+def test_a_slice_with_no_look_due_carries_the_job_over_without_asking(slurm_cli, clock, tmp_path, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    first = run_module({"job_id": 1234, "return_on_change": True, "timeout": 30,
+                        "end_marker": str(tmp_path / ".%j.ended")}).result
+    assert (first["state"], first["queries"], first["timed_out"]) == ("RUNNING", 1, True)
+    assert first["progress"]["next_look_at"] == pytest.approx(1000 + 60)
+    second = run_module({"job_id": 1234, "return_on_change": True, "timeout": 20, "progress_from": first["progress"],
+                         "end_marker": str(tmp_path / ".%j.ended")}).result
+    assert (second["state"], second["queries"], second["nodes"]) == ("RUNNING", 0, first["nodes"])
+    assert second["user"] == first["user"] and second["stdout_path"] == first["stdout_path"]
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    third = run_module({"job_id": 1234, "return_on_change": True, "timeout": 30, "progress_from": second["progress"],
+                        "end_marker": str(tmp_path / ".%j.ended")}).result
+    # The look that was due at 60 s is made in this slice, 10 s in, and the next planned 60 s on.
+    assert third["queries"] == 1 and third["progress"]["next_look_at"] == pytest.approx(1000 + 60 + 60)
+
+
+def test_a_pending_jobs_log_appearing_ends_the_wait(slurm_cli, clock, tmp_path, job_output):
+    run_dir = tmp_path / "runs" / "1"
+    run_dir.mkdir(parents=True)
+    log = run_dir / "train-ddp-1234.out"
+    real_sleep = clock.sleep
+
+    def sleep(seconds):
+        if clock.now >= 1000.5 and not log.exists():
+            log.write_text("=== job 1234 restart 0\n")  # the job starts half a second in
+        real_sleep(seconds)
+
+    clock.sleep = sleep
+    slurm_cli.answer(SCONTROL, out=job_output("pending_priority", run_dir=str(run_dir)))
+    slurm_cli.answer(SCONTROL, out=job_output("running", run_dir=str(run_dir)))
+    outcome = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60, "poll_min": 20, "poll_max": 20,
+                          "end_marker": str(tmp_path / ".%j.ended")})
+    assert outcome.result["state"] == "RUNNING"
+    assert 0.5 <= sum(clock.sleeps) < 1.0, "asked as the log appeared, not after poll_min's 20 s"
+
+
+def run_record_job(tmp_path, job_output, slurm_cli, user="root", state="completed"):
+    run_dir = tmp_path / "jobs" / user / "train-ddp" / "runs" / "3"
+    run_dir.mkdir(parents=True)
+    slurm_cli.answer(SCONTROL, out=job_output(state, run_dir=str(run_dir)))
+    return run_dir
+
+
+def test_the_final_job_s_run_record_is_written_in_the_run_that_saw_the_end(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli)
+    outcome = run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")})
+    record = run_dir / "run.json"
+    assert outcome.result["run_record"] == str(record)
+    assert json.loads(record.read_text()) == {"job_id": 1234, "state": "COMPLETED", "exit_code": 0, "restarts": 0}
+    assert record.stat().st_mode & 0o777 == 0o600 and sorted(p.name for p in run_dir.iterdir()) == ["run.json"]
+
+
+def test_no_run_record_in_check_mode_for_a_running_job_or_outside_the_users_runs(slurm_cli, clock, tmp_path,
+                                                                                  job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli)
+    assert run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")}, check_mode=True).result["run_record"] is None
+    slurm_cli.answer(SCONTROL, out=job_output("running", run_dir=str(run_dir)))
+    assert run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs"), "wait": False}).result["run_record"] is None
+    # The log is in root's runs, the records' root elsewhere: nothing written.
+    slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(run_dir)))
+    assert run_module({"job_id": 1234, "run_records": str(tmp_path / "other")}).result["run_record"] is None
+    assert not (run_dir / "run.json").exists()
+
+
+def test_another_users_run_is_never_written_into(slurm_cli, clock, tmp_path, job_output, monkeypatch):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli)
+    # The recorded job is root's; the module runs as someone else who may act on it (an operator).
+    monkeypatch.setattr(slurm_job.SlurmClient, "user", property(lambda self: "operator1"))
+    monkeypatch.setattr(slurm_job.SlurmClient, "may_act_on", lambda self, owner: True)
+    outcome = run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")})
+    assert outcome.result["state"] == "COMPLETED" and outcome.result["run_record"] is None
+    assert not (run_dir / "run.json").exists()
+
+
+def test_a_run_record_that_cannot_be_written_fails_the_task_naming_it(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli)
+    (run_dir / "run.json").mkdir()  # a directory where the record goes: even root cannot replace it
+    outcome = run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")})
+    assert [path.name for path in run_dir.iterdir()] == ["run.json"], "no temporary file left behind"
+    assert outcome.failed and f"cannot write the run's end record {run_dir}/run.json" in outcome.result["msg"]

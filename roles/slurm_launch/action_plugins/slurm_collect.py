@@ -82,7 +82,7 @@ def _put(folder, name, data, check):
 
 
 class ActionModule(ActionBase):
-    TRANSFERS_FILES = True
+    TRANSFERS_FILES = False  # fetch_file needs no remote temporary directory
     _supports_check_mode = True
 
     def run(self, tmp=None, task_vars=None):
@@ -113,7 +113,7 @@ class ActionModule(ActionBase):
 
     def _fetch(self, src, task_vars):
         """The bytes of src on the submit host, or None when it cannot be read there."""
-        if self._play_context.become:
+        if getattr(self._connection, "become", None):
             # A raw transfer would read as the login user, not the become user: ask a module.
             slurped = self._execute_module("ansible.legacy.slurp", module_args={"src": src}, task_vars=task_vars)
             return None if slurped.get("failed") else base64.b64decode(slurped["content"])
