@@ -74,8 +74,8 @@ def _common(extravars, user):
 
 def _collected(run):
     """The outputs folder the playbook wrote job.json into, or None."""
-    res = run.last("ansible.builtin.copy", lambda res: str(res.get("dest", "")).endswith("/job.json"))
-    return Path(res["dest"]).parent if res else None
+    res = run.last("slurm_collect", lambda res: "job.json" in (res.get("written") or []))
+    return Path(res["dest"]) if res and not res.get("failed") else None
 
 
 def _job_result(run):

@@ -188,8 +188,8 @@ def test_a_job_that_ran_and_failed_raises_job_failed_with_its_collected_result(m
             "job_id": 9, "name": "train_ddp", "state": "FAILED", "exit_code": 1, "outcome": "failed", "final": True}}})
         handler({"event": "runner_on_ok", "event_data": {"task_action": "ansible.builtin.set_fact", "res": {
             "ansible_facts": {"_slurm_launch_run": {"run": 1, "run_line": "fresh run 1"}}}}})
-        handler({"event": "runner_on_ok", "event_data": {"task_action": "ansible.builtin.copy", "res": {
-            "dest": str(outputs / "job.json")}}})
+        handler({"event": "runner_on_ok", "event_data": {"task_action": "slurm_collect", "res": {
+            "dest": str(outputs), "written": ["job.json", "summary.txt"]}}})
         handler({"event": "runner_on_failed", "event_data": {"task_action": "ansible.builtin.fail", "res": {
             "msg": "job 9 (train_ddp) ended FAILED, exit code 1"}}})
         return _Finished()
