@@ -518,11 +518,11 @@ import itertools
 import json
 import os
 import pwd
-import re
 import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cluster_rules import run_of_path
 from ansible.module_utils.slurm import (
     INVALID_JOB_ID,
     SQUEUE_FORMAT,
@@ -608,8 +608,6 @@ LOG_READ_BLOCK = 64 * 1024
 MARKER_CHECK_INTERVAL = 0.2
 # Longest pause between two tries to reach a controller that does not answer while following.
 CONTROLLER_RETRY_MAX_DELAY = 15.0
-# <jobs dir>/<user>/<job name>/runs/<run id>/<log>: library/job_dir.py's layout.
-RUN_LOG_RE = re.compile(r"/runs/[1-9][0-9]*/[^/]+$")
 # What a run's end record keeps of the job (job_dir.py reads it).
 RUN_RECORD_KEYS = ("job_id", "state", "exit_code", "restarts")
 # After the marker, Slurm is asked this many times at that pace before the regular schedule.
@@ -957,7 +955,7 @@ class SlurmJobRunner:
                 or not log or owner is None or owner != self.slurm.user):
             return None
         log = "/" + os.path.normpath(log).lstrip("/")
-        if not log.startswith(f"{os.path.normpath(root).rstrip('/')}/{owner}/") or not RUN_LOG_RE.search(log):
+        if not log.startswith(f"{os.path.normpath(root).rstrip('/')}/{owner}/") or run_of_path(log) is None:
             return None
         run_dir = os.path.dirname(log)
         path = os.path.join(run_dir, "run.json")

@@ -3,7 +3,8 @@
 Shipped to managed hosts as ``ansible.module_utils.cluster_rules`` (standard library only) and
 loaded by roles/cluster/filter_plugins/cluster_rules.py for the roles, so that a module and a
 role never disagree about what a safe path is, which inventory groups are node groups, which
-partition a node group's jobs use, or what the NCCL env file of a group is called.
+partition a node group's jobs use, what the NCCL env file of a group is called, or which run of
+a job name a log belongs to.
 """
 
 from __future__ import annotations
@@ -96,3 +97,17 @@ def nccl_env_file(env_dir, group):
     if not GROUP_NAME_RE.fullmatch(str(group or "")):
         raise ValueError(f"no NCCL env file for node group {group!r}: a node group is {GROUP_NAME_RULE}")
     return f"{str(env_dir).rstrip('/')}/nccl-{group}.sh"
+
+
+# ---------------------------------------------------------------------------
+# Runs of a job name
+# ---------------------------------------------------------------------------
+
+# <jobs dir>/<user>/<job name>/runs/<run id>/<log>: library/job_dir.py's layout.
+RUN_PATH_RE = re.compile(r"/runs/([1-9][0-9]*)/[^/]*$")
+
+
+def run_of_path(path):
+    """The run id of a job whose log is ``path`` in its run's directory, or None."""
+    match = RUN_PATH_RE.search(path or "")
+    return int(match.group(1)) if match else None

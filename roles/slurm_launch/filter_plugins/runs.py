@@ -1,22 +1,22 @@
 """Runs of a job name (<jobs>/<user>/<name>/runs/<id>/) in words, and the table of a user's jobs
 (jobs.yml): Slurm's pending and running jobs with the finished ones of the outputs folder."""
 
+import importlib.util
 import json
 import os
 import re
+from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-# <jobs dir>/<user>/<job name>/runs/<run id>/<log>: library/job_dir.py's layout.
-RUN_PATH_RE = re.compile(r"/runs/([1-9][0-9]*)/[^/]*$")
+# The run-path rule, shared with the slurm_job module (roles/slurm_launch/filter_plugins -> module_utils).
+_RULES_SPEC = importlib.util.spec_from_file_location(
+    "_runs_cluster_rules", Path(__file__).resolve().parents[3] / "module_utils" / "cluster_rules.py")
+_rules = importlib.util.module_from_spec(_RULES_SPEC)
+_RULES_SPEC.loader.exec_module(_rules)
+run_of_path = _rules.run_of_path
 JOBS_SHOWN = 20
 COLUMNS = ("job", "name", "run", "state", "exit", "nodes", "elapsed", "restarts", "outputs")
-
-
-def run_of_path(path):
-    """The run id of a job whose log is `path` in its run's directory, or None."""
-    match = RUN_PATH_RE.search(path or "")
-    return int(match.group(1)) if match else None
 
 
 def run_line(staged, outcome):
