@@ -147,6 +147,18 @@ def _jobs_playbook(extravars, user, inventory, on_line=None):
     return run_playbook("jobs.yml", values, inventory, on_line)
 
 
+def _jobs_job_result(key, job_id, extravars, user, inventory, on_line=None):
+    """jobs.yml for one job (-e cancel=N, -e logs=N): the JobResult of its slurm_job task;
+    LaunchError with the playbook's message when it failed, or when no task gave a result."""
+    run = _jobs_playbook({key: job_id, **extravars}, user, inventory, on_line)
+    result = _job_result(run)
+    if run.status != "successful":
+        raise LaunchError(run.failure, result.job_id if result else None)
+    if result is None:
+        raise LaunchError(f"jobs.yml -e {key}={job_id} gave no slurm_job result")
+    return result
+
+
 def jobs(all=False, *, inventory=None, user=None, **extravars):  # jobs.yml's own -e all
     """The user's jobs, newest first: ``ansible-playbook jobs.yml`` (``all=True``: -e all=true).
 
@@ -186,13 +198,7 @@ def cancel(job_id, *, inventory=None, user=None, **extravars):
     nothing collected. LaunchError with the playbook's message for another user's job
     ("job N belongs to bob, not to alice") or a bad id. ``extravars`` as for jobs().
     """
-    run = _jobs_playbook({"cancel": job_id, **extravars}, user, inventory)
-    result = _job_result(run)
-    if run.status != "successful":
-        raise LaunchError(run.failure, result.job_id if result else None)
-    if result is None:
-        raise LaunchError(f"jobs.yml -e cancel={job_id} gave no slurm_job result")
-    return result
+    return _jobs_job_result("cancel", job_id, extravars, user, inventory)
 
 
 # The slurm_job action plugin's log lines: "  <job id> | <line of the log>".
@@ -214,10 +220,4 @@ def logs(job_id, on_line=None, *, inventory=None, user=None, **extravars):
         if match and on_line is not None and match.group(1) == str(job_id):
             on_line(match.group(2))
 
-    run = _jobs_playbook({"logs": job_id, **extravars}, user, inventory, each)
-    result = _job_result(run)
-    if run.status != "successful":
-        raise LaunchError(run.failure, result.job_id if result else None)
-    if result is None:
-        raise LaunchError(f"jobs.yml -e logs={job_id} gave no slurm_job result")
-    return result
+    return _jobs_job_result("logs", job_id, extravars, user, inventory, each)
