@@ -11,6 +11,7 @@ controller. Each file goes to a temporary name in the folder and is renamed into
 from __future__ import annotations
 
 import base64
+import filecmp
 import os
 import stat
 import tempfile
@@ -99,11 +100,11 @@ class ActionModule(ActionBase):
             if within is not None and os.path.dirname(os.path.normpath(src)) != within:
                 missing.append(src)
                 continue
-            data = self._fetch(src, task_vars)
-            if data is None:
+            fetch_changed = self._fetch(src, dest, check, task_vars)
+            if fetch_changed is None:
                 missing.append(src)
                 continue
-            changed |= _put(dest, os.path.basename(src), data, check)
+            changed |= fetch_changed
             fetched.append(src)
         for name, text in args["files"].items():
             changed |= _put(dest, name, str(text).encode("utf-8"), check)
@@ -111,18 +112,30 @@ class ActionModule(ActionBase):
                       written=sorted(args["files"]))
         return result
 
-    def _fetch(self, src, task_vars):
-        """The bytes of src on the submit host, or None when it cannot be read there."""
+    def _fetch(self, src, folder, check, task_vars):
+        """Bring src of the submit host in as folder/<its name>: True if that changed it, None
+        when src cannot be read there. A log can be large: it goes to a file, not to memory."""
+        name = os.path.basename(src)
         if getattr(self._connection, "become", None):
             # A raw transfer would read as the login user, not the become user: ask a module.
             slurped = self._execute_module("ansible.legacy.slurp", module_args={"src": src}, task_vars=task_vars)
-            return None if slurped.get("failed") else base64.b64decode(slurped["content"])
-        handle, scratch = tempfile.mkstemp(prefix="slurm-collect-")  # 0600: the log may carry secrets
+            return None if slurped.get("failed") else _put(folder, name, base64.b64decode(slurped["content"]), check)
+        # Beside its place, so that the rename is within one filesystem; 0600 until then, as
+        # the log may carry secrets. In check mode, where the folder may not exist yet, elsewhere.
+        handle, scratch = tempfile.mkstemp(dir=None if check else folder, prefix=f".{name}.")
         os.close(handle)
         try:
-            self._connection.fetch_file(src, scratch)
-            return _read(scratch)
-        except AnsibleError:
-            return None  # not there (a sweep's task that never started), or not readable
+            try:
+                self._connection.fetch_file(src, scratch)
+            except AnsibleError:
+                return None  # not there (a sweep's task that never started), or not readable
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and filecmp.cmp(scratch, path, shallow=False):
+                return False
+            if not check:
+                os.chmod(scratch, 0o644)
+                os.replace(scratch, path)
+            return True
         finally:
-            os.unlink(scratch)
+            if os.path.exists(scratch):
+                os.unlink(scratch)
