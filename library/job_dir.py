@@ -70,6 +70,43 @@ options:
     type: list
     elements: path
     default: []
+  min_free_mb:
+    description:
+      - Free space, in MB, that the jobs directory's filesystem must have for the user. When set,
+        the jobs directory is also checked writable (outside check mode a temporary file is
+        really made and removed, which catches root squash and quotas), before anything is made,
+        as the C(writable_dir) module checks it; a full or read-only NAS fails the task, naming it.
+    type: int
+  files:
+    description:
+      - Files of the job to write into the run's directory (the job's directory without
+        O(resume)), such as the job script rendered on the controller, in the same look at the
+        NAS that makes the directories.
+      - Each is written through a temporary file in the same directory and renamed into place, so a
+        job never reads half of one; a file whose content and mode are already those is left alone.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The file's name, one path component (letters, digits, C(_), C(.), C(-)).
+        type: str
+        required: true
+      content:
+        description: Its text; not logged, since a job script may hold tokens (the launch's C(slurm_launch_env)).
+        type: str
+        required: true
+      mode:
+        description: Its mode, an octal string.
+        type: str
+        default: "0644"
+  files_run_id:
+    description:
+      - The run the O(files) were rendered for (the probe's RV(run_id)). When another launch took
+        that fresh run id at the same moment, this launch gets the next one, and the files (which
+        name the planned run's paths) are not written; RV(files_written) is then false, and the
+        files are to be rendered for the run taken and given again with O(resume) set to its id.
+    type: int
   code_dir:
     description:
       - The directory of the code on the controller. Read by the action plugin, which lists, hashes
@@ -156,6 +193,25 @@ missing_files:
   type: list
   elements: str
   sample: [/starmap/nas/env/nccl-gpu_A6000.sh]
+files_written:
+  description:
+    - The O(files) that this run wrote (or would write, in check mode or with O(probe)); the ones
+      already there as given are not listed.
+    - Empty, with RV(files_pending) true, when the run taken is not O(files_run_id).
+  returned: always
+  type: list
+  elements: str
+  sample: [train.sbatch, gpu_check.py]
+files_pending:
+  description: Whether the O(files) are still to be written, for the run taken (see O(files_run_id)).
+  returned: always
+  type: bool
+  sample: false
+free_mb:
+  description: Free space of the jobs directory's filesystem for the user, in MB, with O(min_free_mb).
+  returned: always
+  type: int
+  sample: 80371
 made:
   description: The directories this run made (or would make, in check mode or with O(probe)).
   returned: always
@@ -175,6 +231,7 @@ import tarfile
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.writable import existing_directory, problem_with
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 HASH_RE = re.compile(r"^[0-9a-f]{8,64}$")
@@ -352,6 +409,91 @@ def missing_files(paths):
     return [path for path in paths if not (os.path.isfile(path) and os.access(path, os.R_OK))]
 
 
+def check_files(files):
+    """The files to write, as {name: (bytes, mode)}; a bad name or mode is refused before anything is made."""
+    checked = {}
+    for spec in files:
+        name = spec["name"]
+        if not NAME_RE.match(name) or name in checked:
+            raise Refused(f"files: {name!r} is not a file name of one path component (letters, digits, '_', '.', '-') "
+                          "given once")
+        if not MODE_RE.match(spec["mode"]):
+            raise Refused(f"files: {name} has mode={spec['mode']!r}: give an octal string such as 0644")
+        checked[name] = (spec["content"].encode(), int(spec["mode"], 8))
+    return checked
+
+
+def same_file(dir_fd, name, data, mode):
+    """Whether `name` under dir_fd is already a regular file (not a link) of that content and mode."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != mode or info.st_size != len(data):
+            return False
+        return handle.read() == data
+
+
+def write_files(dir_fd, files, dry):
+    """Write the files that differ into dir_fd, each through a temporary file renamed into place;
+    returns their names (those that would be written, if dry)."""
+    written = []
+    for name, (data, mode) in sorted(files.items()):
+        if same_file(dir_fd, name, data, mode):
+            continue
+        written.append(name)
+        if dry:
+            continue
+        partial = f".{name}.partial-{os.urandom(4).hex()}"
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                os.fchmod(out.fileno(), mode)  # the umask narrowed O_CREAT's mode
+            # A link in its place is replaced, never followed.
+            os.rename(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(partial, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+    return written
+
+
+def write_job_files(params, files, job_fd, uid, dry, result):
+    """The job's files into the run's directory (the job's without resume); fills result."""
+    if not files:
+        return
+    if params["resume"] and params["files_run_id"] is not None and result["run_id"] != params["files_run_id"]:
+        result["files_pending"] = True  # rendered for a run another launch took
+        return
+    if job_fd is None:  # dry, and the job's directory is not made yet
+        result["files_written"] = sorted(files)
+        return
+    target_fd, opened = job_fd, []
+    try:
+        if params["resume"]:
+            runs_path = os.path.join(result["job_dir"], "runs")
+            runs_fd = open_own_dir(job_fd, "runs", runs_path, uid)
+            if runs_fd is not None:
+                opened.append(runs_fd)
+                target_fd = open_own_dir(runs_fd, str(result["run_id"]), result["run_dir"], uid)
+                if target_fd is not None:
+                    opened.append(target_fd)
+            if runs_fd is None or target_fd is None:  # dry, and the run is not made yet
+                result["files_written"] = sorted(files)
+                return
+        result["files_written"] = write_files(target_fd, files, dry)
+        if result["files_written"]:
+            result["changed"] = True
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
 def run(module):
     params = module.params
     uid = os.geteuid()
@@ -369,7 +511,14 @@ def run(module):
     if code_hash and not HASH_RE.match(code_hash):
         raise Refused(f"code_hash={code_hash!r} is not a hex digest")
     dry = params["probe"] or module.check_mode
+    files = check_files(params["files"])
     root = params["jobs_root"]
+    free_mb = None
+    if params["min_free_mb"] is not None:
+        problem, free_mb = problem_with(existing_directory(os.path.normpath(root)), params["min_free_mb"],
+                                        try_write=not module.check_mode)
+        if problem:
+            raise Refused(f"{root}: {problem}")
     try:
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as error:
@@ -379,7 +528,8 @@ def run(module):
     code_dir = os.path.join(job_dir, "code", code_hash) if code_hash else ""
     result = dict(changed=False, user=user, job_dir=job_dir, code_dir=code_dir, code_present=False,
                   code_copied=False, made=[], run_id=None, run_dir="", resumed=False, resumed_step=None,
-                  run_reason="", missing_files=missing_files(params["expect_files"]))
+                  run_reason="", missing_files=missing_files(params["expect_files"]), files_written=[],
+                  files_pending=False, free_mb=free_mb)
     fds = [root_fd]
     try:
         path = root
@@ -392,6 +542,7 @@ def run(module):
                 if dry:
                     if params["resume"]:  # no runs yet: the first
                         take_run(module, fds[2] if len(fds) > 2 else None, job_dir, uid, mode, dry, result)
+                    write_job_files(params, files, fds[2] if len(fds) > 2 else None, uid, dry, result)
                     return result  # nothing below a missing directory exists yet
                 os.mkdir(name, mode, dir_fd=fds[-1])
                 fd = open_own_dir(fds[-1], name, path, uid)
@@ -402,6 +553,7 @@ def run(module):
                     os.fchmod(fd, mode)
         if params["resume"]:
             take_run(module, fds[2], job_dir, uid, mode, dry, result)
+        write_job_files(params, files, fds[2], uid, dry, result)
         if not code_hash:
             return result
         existing = open_own_dir(fds[-1], code_hash, code_dir, uid)
@@ -448,6 +600,12 @@ ARGUMENT_SPEC = dict(
     probe=dict(type="bool", default=False),
     resume=dict(type="str", default=""),
     expect_files=dict(type="list", elements="path", default=[]),
+    min_free_mb=dict(type="int"),
+    files=dict(type="list", elements="dict", default=[], options=dict(
+        name=dict(type="str", required=True),
+        content=dict(type="str", required=True, no_log=True),
+        mode=dict(type="str", default="0644"))),
+    files_run_id=dict(type="int"),
     # Read by the action plugin on the controller.
     code_dir=dict(type="path"),
     script=dict(type="path"),

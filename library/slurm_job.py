@@ -122,6 +122,14 @@ options:
         file is readable on the host the module runs on. V(0) reads nothing.
     type: int
     default: 40
+  prediction_script:
+    description:
+      - In check mode, the content of O(script) as it would be written, rendered on the controller;
+        the slurm_job action plugin of the slurm_launch role puts it into a temporary directory on
+        the host for Slurm's prediction (C(sbatch --test-only)) and removes it again, so that
+        check mode writes nothing where O(script) goes. Read by the action plugin; the module
+        itself ignores it.
+    type: str
   end_marker:
     description:
       - A file the job writes when its batch script ends (C(%j) stands for the job id), on a
@@ -566,6 +574,7 @@ ARGUMENT_SPEC = {
     "log_tail_lines": {"type": "int", "default": 40},
     "environment": {"type": "dict", "default": {}},
     "end_marker": {"type": "str"},
+    "prediction_script": {"type": "str", "no_log": True},
     "controller_timeout": {"type": "int", "default": 600},
     "return_on_change": {"type": "bool", "default": False},
     "progress_every": {"type": "int", "default": 30},
@@ -886,12 +895,13 @@ def _file_stamp(path):
 class EndMarker:
     """The file a job writes as its batch script ends, watched so as to answer without polling Slurm."""
 
-    def __init__(self, pattern, job_id, seen=None):
+    def __init__(self, pattern, job_id, seen=None, quick_polls_left=0):
         self.path = pattern.replace("%j", str(job_id)) if pattern else None
         # An earlier run of a requeued job may have left one; an earlier slice of this follow
-        # says what it saw.
+        # says what it saw, and how many quick polls are left of the marker's last change (the
+        # job turning COMPLETING ends a slice between the marker and the job's end).
         self.seen = tuple(seen) if seen else self._stamp()
-        self.quick_polls_left = 0
+        self.quick_polls_left = quick_polls_left
 
     def _stamp(self):
         return _file_stamp(self.path)
@@ -995,7 +1005,8 @@ class SlurmJobRunner:
         deadline = time.monotonic() + timeout if timeout else None
         schedule = PollSchedule(self.params["poll_min"], self.params["poll_max"])
         progress = self.params["progress_from"]
-        marker = EndMarker(self.params["end_marker"], job_id, seen=(progress or {}).get("marker"))
+        marker = EndMarker(self.params["end_marker"], job_id, seen=(progress or {}).get("marker"),
+                           quick_polls_left=(progress or {}).get("marker_quick_polls", 0))
         if progress:
             # A slice after the first: carry on from the last look, and from the job it saw.
             schedule.resume(progress["next_poll"], (progress["state"], progress["restarts"], progress.get("tasks_done")))
@@ -1038,7 +1049,8 @@ class SlurmJobRunner:
             self.result["progress"] = {
                 "state": job["state"], "restarts": job["restarts"], "tasks_done": job.get("tasks_done"),
                 "next_poll": schedule.next_interval, "next_look_at": look_at, "watch_log": watch_log,
-                "marker": marker.seen, "log_path": job["stdout_path"], "log_offset": offset, "log_lines": lines,
+                "marker": marker.seen, "marker_quick_polls": marker.quick_polls_left,
+                "log_path": job["stdout_path"], "log_offset": offset, "log_lines": lines,
                 "job": {key: job.get(key) for key in JOB_RECORD_KEYS},
             }
         return info
@@ -1049,12 +1061,14 @@ class SlurmJobRunner:
 
         With an end marker, the marker answers a running job's end, so Slurm is asked only at
         marked_poll_interval (for a job that ends without writing it); a pending job's log
-        appearing says that it started."""
+        appearing says that it started. A job in any other state (COMPLETING, after its batch
+        script ended; REQUEUED; CONFIGURING) is looked at on the regular schedule."""
         interval, watched = next(schedule), None
         if marker.path and not job_state(job["state"]).final:
-            if job["state"].split()[0] == "PENDING":
+            state = job["state"].split()[0]
+            if state == "PENDING":
                 watched = job.get("stdout_path")
-            else:
+            elif state == "RUNNING":
                 interval = max(interval, self.params["marked_poll_interval"])
                 # A job waiting for its time limit writes no marker: look as the limit passes.
                 left = _seconds_until(job.get("EndTime"))

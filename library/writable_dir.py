@@ -55,39 +55,9 @@ checked:
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-
-MB = 1024 * 1024
-
-
-def existing_directory(path):
-    """The path, or its nearest ancestor that exists."""
-    while not os.path.lexists(path):
-        path = os.path.dirname(path)
-    return path
-
-
-def problem_with(path, directory, min_free_mb, probe):
-    """Why the directory cannot take the writes, or None; and its free space in MB."""
-    if not os.path.isdir(directory):
-        return f"{directory} is not a directory", None
-    stats = os.statvfs(directory)
-    free_mb = stats.f_bavail * stats.f_frsize // MB
-    if not os.access(directory, os.W_OK | os.X_OK):
-        read_only = stats.f_flag & os.ST_RDONLY
-        return f"{directory} is not writable{' (read-only filesystem)' if read_only else ''}", free_mb
-    if probe:
-        try:
-            handle, name = tempfile.mkstemp(prefix=".write-test-", dir=directory)
-            os.close(handle)
-            os.unlink(name)
-        except OSError as error:
-            return f"{directory} cannot be written: {error.strerror}", free_mb
-    if free_mb < min_free_mb:
-        return f"{directory} has {free_mb} MB free, {min_free_mb} MB are needed (is the filesystem full?)", free_mb
-    return None, free_mb
+from ansible.module_utils.writable import existing_directory, problem_with
 
 
 def main():
@@ -104,7 +74,7 @@ def main():
     problems, free, checked = [], {}, {}
     for path in paths:
         checked[path] = existing_directory(os.path.normpath(path))
-        problem, free[path] = problem_with(path, checked[path], min_free_mb, probe=not module.check_mode)
+        problem, free[path] = problem_with(checked[path], min_free_mb, try_write=not module.check_mode)
         if problem:
             problems.append(f"{path}: {problem}")
     if problems:

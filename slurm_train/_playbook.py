@@ -26,7 +26,6 @@ class Run:
     results: list = field(default_factory=list)
     failures: list = field(default_factory=list)  # the msg of each failed task (or item)
     errors: list = field(default_factory=list)  # Ansible's own errors ([ERROR]: ...), as printed
-    facts: dict = field(default_factory=dict)  # every fact set_fact set, the last value of each
 
     def last(self, action, where=lambda res: True):
         """The result of the last task of ``action`` whose result passes ``where``, or None."""
@@ -75,8 +74,6 @@ def run_playbook(playbook, extravars, inventory=None, on_line=None):
         elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
             res = data.get("res") or {}
             run.results.append((data.get("task_action"), data.get("task"), res))
-            if kind == "runner_on_ok" and isinstance(res.get("ansible_facts"), dict):
-                run.facts.update(res["ansible_facts"])
             ignored = data.get("ignore_errors") or res.get("skipped")
             if kind != "runner_on_ok" and not ignored:
                 run.failures.extend(_failed_messages(res))

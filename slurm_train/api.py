@@ -89,7 +89,7 @@ def _job_result(run):
         job = json.loads((outputs / "job.json").read_text(encoding="utf-8"))
         summary_file = outputs / "summary.txt"
         summary = summary_file.read_text(encoding="utf-8").rstrip("\n") if summary_file.exists() else None
-    run_line = (run.facts.get("_slurm_launch_run") or {}).get("run_line") if outputs is not None else None
+    run_line = job.get("run_line")
     source = job or res
     return JobResult(job_id=source.get("job_id"), name=source.get("name"), state=source.get("state"),
                      exit_code=source.get("exit_code"), outcome=source.get("outcome") if res.get("final") else None,

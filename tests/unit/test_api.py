@@ -178,7 +178,8 @@ def test_a_good_request_runs_launch_yml_with_the_values_as_extra_vars(monkeypatc
 def test_a_job_that_ran_and_failed_raises_job_failed_with_its_collected_result(monkeypatch, tmp_path):
     outputs = tmp_path / "train_ddp-9"
     outputs.mkdir()
-    job = {"job_id": 9, "name": "train_ddp", "state": "FAILED", "exit_code": 1, "outcome": "failed"}
+    job = {"job_id": 9, "name": "train_ddp", "state": "FAILED", "exit_code": 1, "outcome": "failed",
+           "run_line": "fresh run 1"}
     (outputs / "job.json").write_text(json.dumps(job))
     (outputs / "summary.txt").write_text("job        9 (train_ddp)\n")
 
@@ -186,8 +187,6 @@ def test_a_job_that_ran_and_failed_raises_job_failed_with_its_collected_result(m
         handler = kwargs["event_handler"]
         handler({"event": "runner_on_ok", "event_data": {"task_action": "slurm_job", "res": {
             "job_id": 9, "name": "train_ddp", "state": "FAILED", "exit_code": 1, "outcome": "failed", "final": True}}})
-        handler({"event": "runner_on_ok", "event_data": {"task_action": "ansible.builtin.set_fact", "res": {
-            "ansible_facts": {"_slurm_launch_run": {"run": 1, "run_line": "fresh run 1"}}}}})
         handler({"event": "runner_on_ok", "event_data": {"task_action": "slurm_collect", "res": {
             "dest": str(outputs), "written": ["job.json", "summary.txt"]}}})
         handler({"event": "runner_on_failed", "event_data": {"task_action": "ansible.builtin.fail", "res": {

@@ -26,8 +26,9 @@ OTHER_UID = 4242  # a user who is not the one running the tests
 class FakeModule:
     def __init__(self, check_mode=False, **params):
         self.check_mode = check_mode
-        self.params = {"mode": "0700", "code_hash": None, "code_archive": None, "probe": False, "resume": "",
-                       "expect_files": [], **params}
+        # The module's own defaults, as AnsibleModule fills them in.
+        self.params = {name: spec.get("default") for name, spec in job_dir.ARGUMENT_SPEC.items()}
+        self.params.update(params)
 
 
 def run(tmp_path, **params):
@@ -435,3 +436,85 @@ def test_a_fresh_run_id_already_taken_by_a_concurrent_launch_goes_to_the_next(tm
 
     monkeypatch.setattr(job_dir.os, "mkdir", racing_mkdir)
     assert run(tmp_path, resume="auto")["run_id"] == 3
+
+
+SCRIPT = {"name": "train.sbatch", "content": "#!/bin/bash\necho hi\n", "mode": "0600"}
+CHECK = {"name": "gpu_check.py", "content": "print('ok')\n", "mode": "0644"}
+
+
+def test_the_job_files_are_written_into_the_run_with_their_modes_and_not_rewritten_unchanged(tmp_path, jobs):
+    result = run(tmp_path, resume="auto", files=[SCRIPT, CHECK], files_run_id=1)
+    run_dir = jobs / user() / "train" / "runs" / "1"
+    assert (result["run_dir"], result["files_written"], result["files_pending"]) == \
+        (str(run_dir), ["gpu_check.py", "train.sbatch"], False)
+    assert (run_dir / "train.sbatch").read_text() == SCRIPT["content"]
+    assert [(run_dir / name).stat().st_mode & 0o777 for name in ("train.sbatch", "gpu_check.py")] == [0o600, 0o644]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["gpu_check.py", "train.sbatch"], "no partial file is left"
+    again = run(tmp_path, resume="1", files=[SCRIPT, CHECK])
+    assert (again["changed"], again["files_written"]) == (False, [])
+    changed = run(tmp_path, resume="1", files=[{**SCRIPT, "content": "#!/bin/bash\necho new\n"}, {**CHECK, "mode": "0600"}])
+    assert changed["changed"] and changed["files_written"] == ["gpu_check.py", "train.sbatch"]
+    assert (run_dir / "train.sbatch").read_text().endswith("new\n") and (run_dir / "gpu_check.py").stat().st_mode & 0o777 == 0o600
+
+
+def test_without_resume_the_files_go_into_the_jobs_directory(tmp_path, jobs):
+    assert run(tmp_path, files=[CHECK])["files_written"] == ["gpu_check.py"]
+    assert (jobs / user() / "train" / "gpu_check.py").read_text() == CHECK["content"]
+
+
+def test_a_link_in_place_of_a_job_file_is_replaced_not_followed(tmp_path, jobs):
+    run(tmp_path, resume="auto", files=[CHECK], files_run_id=1)
+    run_dir = jobs / user() / "train" / "runs" / "1"
+    target = tmp_path / "elsewhere.sbatch"
+    target.write_text("theirs\n")
+    (run_dir / "train.sbatch").symlink_to(target)
+    assert run(tmp_path, resume="1", files=[SCRIPT])["files_written"] == ["train.sbatch"]
+    assert target.read_text() == "theirs\n" and not (run_dir / "train.sbatch").is_symlink()
+    assert (run_dir / "train.sbatch").read_text() == SCRIPT["content"]
+
+
+def test_check_mode_and_a_probe_predict_the_files_and_write_none(tmp_path, jobs):
+    predicted = job_dir.run(FakeModule(check_mode=True, jobs_root=str(jobs), job_name="train", resume="auto",
+                                       files=[SCRIPT, CHECK], files_run_id=1))
+    assert (predicted["changed"], predicted["files_written"]) == (True, ["gpu_check.py", "train.sbatch"])
+    assert list(jobs.iterdir()) == []
+    run(tmp_path, resume="auto", files=[SCRIPT], files_run_id=1)
+    probed = run(tmp_path, resume="1", probe=True, files=[SCRIPT, CHECK])
+    assert probed["files_written"] == ["gpu_check.py"]
+    assert not (jobs / user() / "train" / "runs" / "1" / "gpu_check.py").exists()
+
+
+def test_files_rendered_for_a_run_a_concurrent_launch_took_are_not_written(tmp_path, jobs, monkeypatch):
+    ended(jobs, 1, "COMPLETED")
+    real_mkdir = os.mkdir
+
+    def racing_mkdir(path, mode=0o777, *, dir_fd=None):
+        if path == "2" and not (jobs / user() / "train" / "runs" / "2").exists():
+            real_mkdir(jobs / user() / "train" / "runs" / "2")  # the other launch, first
+        return real_mkdir(path, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(job_dir.os, "mkdir", racing_mkdir)
+    result = run(tmp_path, resume="auto", files=[SCRIPT], files_run_id=2)
+    assert (result["run_id"], result["files_pending"], result["files_written"]) == (3, True, [])
+    assert list((jobs / user() / "train" / "runs" / "3").iterdir()) == []
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({**SCRIPT, "name": "../x.sbatch"}, r"files: '\.\./x\.sbatch' is not a file name of one path component"),
+    ({**SCRIPT, "name": ".hidden"}, r"files: '\.hidden' is not a file name"),
+    ({**SCRIPT, "mode": "rw"}, r"files: train.sbatch has mode='rw': give an octal string such as 0644"),
+])
+def test_a_bad_file_name_or_mode_is_refused_before_anything_is_made(tmp_path, jobs, spec, message):
+    with pytest.raises(job_dir.Refused, match=message):
+        run(tmp_path, resume="auto", files=[spec])
+    assert list(jobs.iterdir()) == []
+
+
+def test_the_jobs_directory_is_checked_for_room_before_anything_is_made(tmp_path, jobs, monkeypatch):
+    assert run(tmp_path, probe=True, min_free_mb=1)["free_mb"] > 0
+    with pytest.raises(job_dir.Refused, match=rf"^{jobs}: {jobs} has \d+ MB free, 10000000000 MB are needed"):
+        run(tmp_path, min_free_mb=10**10)
+    assert list(jobs.iterdir()) == []
+    missing = tmp_path / "not-yet" / "jobs"  # checked at its nearest existing directory, as writable_dir does
+    with pytest.raises(job_dir.Refused, match=rf"^{missing}: {tmp_path} has \d+ MB free"):
+        job_dir.run(FakeModule(jobs_root=str(missing), job_name="train", min_free_mb=10**10))

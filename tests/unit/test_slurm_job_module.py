@@ -1062,3 +1062,30 @@ def test_a_run_record_that_cannot_be_written_fails_the_task_naming_it(slurm_cli,
     outcome = run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")})
     assert [path.name for path in run_dir.iterdir()] == ["run.json"], "no temporary file left behind"
     assert outcome.failed and f"cannot write the run's end record {run_dir}/run.json" in outcome.result["msg"]
+
+
+def test_a_job_completing_after_its_marker_is_looked_at_quickly_in_the_next_slice(slurm_cli, clock, tmp_path,
+                                                                                   job_output):
+    marker = tmp_path / ".1234.ended"
+    real_sleep = clock.sleep
+
+    def sleep(seconds):
+        if not marker.exists():
+            marker.write_text("0\n")  # the batch script ends during the first wait
+        real_sleep(seconds)
+
+    clock.sleep = sleep
+    # The running record as slurmctld gives it between the batch script's end and the epilogs'.
+    completing = job_output("running").replace("JobState=RUNNING", "JobState=COMPLETING")
+    slurm_cli.answer(SCONTROL, out=job_output("running"))
+    slurm_cli.answer(SCONTROL, out=completing)
+    args = {"job_id": 1234, "return_on_change": True, "timeout": 30, "end_marker": str(tmp_path / ".%j.ended")}
+    first = run_module(args).result
+    assert (first["state"], first["final"]) == ("COMPLETING", False)
+    slurm_cli.answer(SCONTROL, out=completing)
+    slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    started = clock.now
+    second = run_module({**args, "progress_from": first["progress"]}).result
+    assert second["state"] == "COMPLETED"
+    # Quick looks go on from the marker's change, not the 60 s of a running job.
+    assert clock.now - started <= 2 * slurm_job.MARKER_CHECK_INTERVAL + 1e-6

@@ -7,6 +7,7 @@ import os
 
 import ansible.module_utils._internal
 import pytest
+import writable
 import writable_dir
 from ansible.module_utils.testing import patch_module_args
 
@@ -80,7 +81,7 @@ def test_a_write_that_fails_is_named_with_the_kernels_reason(capsys, tmp_path, m
     def over_quota(**kwargs):
         raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
 
-    monkeypatch.setattr(writable_dir.tempfile, "mkstemp", over_quota)
+    monkeypatch.setattr(writable.tempfile, "mkstemp", over_quota)
     result = run(capsys, paths=[str(tmp_path)])
     assert result["msg"] == f"{tmp_path}: {tmp_path} cannot be written: Disk quota exceeded"
     # Check mode writes nothing, so it cannot find this out; it still checks the rest.
@@ -91,8 +92,8 @@ def test_a_write_that_fails_is_named_with_the_kernels_reason(capsys, tmp_path, m
 
 def test_the_write_test_is_a_hidden_file_in_the_directory(capsys, tmp_path, monkeypatch):
     made = []
-    real = writable_dir.tempfile.mkstemp
-    monkeypatch.setattr(writable_dir.tempfile, "mkstemp", lambda **kw: made.append(kw) or real(**kw))
+    real = writable.tempfile.mkstemp
+    monkeypatch.setattr(writable.tempfile, "mkstemp", lambda **kw: made.append(kw) or real(**kw))
     run(capsys, paths=[str(tmp_path)])
     assert made == [{"prefix": ".write-test-", "dir": str(tmp_path)}]
 

@@ -20,9 +20,13 @@ from ansible.plugins.action import ActionBase
 # Never part of the code a job runs, and often large.
 SKIPPED_DIRS = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", "outputs"}
 HASH_DIGITS = 20
-MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "resume", "expect_files")
-# What the first call decided about the run; the copy's call (without resume) keeps it.
-RUN_KEYS = ("run_id", "run_dir", "resumed", "resumed_step", "run_reason", "made")
+MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "resume", "expect_files", "min_free_mb", "files",
+               "files_run_id")
+# Done by the first call, not again by the copy's.
+FIRST_CALL_ONLY = ("files", "files_run_id", "min_free_mb")
+# What the first call decided and wrote; the copy's call (without resume or files) keeps it.
+RUN_KEYS = ("run_id", "run_dir", "resumed", "resumed_step", "run_reason", "made", "files_written", "files_pending",
+            "free_mb", "missing_files")
 
 
 def git(code_dir, *argv):
@@ -136,7 +140,8 @@ class ActionModule(ActionBase):
         if not (answer["code_present"] or module_args.get("probe") or self._task.check_mode):
             first = answer
             # The run is taken once: the second call only extracts the code.
-            answer = self._copy(files, source, {**module_args, "resume": ""}, task_vars)
+            copy_args = {key: value for key, value in module_args.items() if key not in FIRST_CALL_ONLY}
+            answer = self._copy(files, source, {**copy_args, "resume": ""}, task_vars)
             if answer.get("failed"):
                 return {**result, **answer}
             answer.update({key: first[key] for key in RUN_KEYS}, changed=True)

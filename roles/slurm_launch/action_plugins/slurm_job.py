@@ -6,10 +6,14 @@ again, each run ending at the job's next change of state or after ``progress_eve
 and prints between runs what changed: the state (with Slurm's reason, the nodes, the restart
 count) and the newest lines of the job's log. Each slice carries on the poll schedule of the
 previous one (``progress_from``), so Slurm is asked no more often than by one long run.
+
+In check mode, ``prediction_script`` (the script's content, rendered on the controller) is what
+Slurm's prediction reads, from a temporary directory on the host.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -57,6 +61,9 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
         args = dict(self._task.args)
+        prediction_script = args.pop("prediction_script", None)
+        if self._task.check_mode and prediction_script is not None:
+            return self.predict(args, prediction_script, task_vars)
         every = int(args.pop("progress_every", 30) or 0)
         live = (every > 0 and args.get("state", "present") == "present" and boolean(args.get("wait", True))
                 and not self._task.check_mode)
@@ -93,6 +100,21 @@ class ActionModule(ActionBase):
         for key in ("changed", "submitted", "found_existing"):
             result[key] = first.get(key, False)
         return result
+
+    def predict(self, args, content, task_vars):
+        """Check mode writes nothing on the NAS, yet Slurm predicts only from a real script: the
+        script's content goes to a temporary directory on the host for sbatch --test-only, which
+        is removed again."""
+        tmp = self._make_tmp_path()
+        try:
+            script = self._connection._shell.join_path(tmp, os.path.basename(str(args["script"])))
+            self._transfer_data(script, content)
+            self._fixup_perms2((tmp, script))
+            args.pop("progress_every", None)
+            return self._execute_module("slurm_job", module_args={**args, "script": script, "chdir": tmp},
+                                        task_vars=task_vars)
+        finally:
+            self._remove_tmp_path(tmp)
 
     def show(self, result, previous):
         if result.get("job_id") is None:
