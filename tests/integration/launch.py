@@ -1,6 +1,7 @@
 """Running launch.yml as a user does, from the repo root, and reading what it brought back."""
 
 import json
+import os
 import re
 import subprocess
 import uuid
@@ -15,8 +16,9 @@ def unique_job_name(prefix):
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def launch(outputs_dir, *extra_vars, inventory=None, check=False, timeout=600):
-    """ansible-playbook launch.yml -e K=V ...; returns the finished process."""
+def launch(outputs_dir, *extra_vars, inventory=None, check=False, timeout=600, env=None):
+    """ansible-playbook launch.yml -e K=V ...; returns the finished process. ``env`` is added to
+    the environment."""
     argv = ["ansible-playbook", "launch.yml", "-e", f"slurm_launch_outputs_dir={outputs_dir}"]
     if check:
         argv.append("--check")
@@ -24,7 +26,8 @@ def launch(outputs_dir, *extra_vars, inventory=None, check=False, timeout=600):
         argv += ["-i", str(inventory)]
     for item in extra_vars:
         argv += ["-e", item]
-    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env} if env else None)
 
 
 def outputs_of(outputs_dir, job_name):

@@ -2,10 +2,11 @@
 run of it in <jobs>/<user>/<name>/runs/<id>/, and only an unfinished run is resumed."""
 
 import json
+import pwd
 import subprocess
 from pathlib import Path
 
-from cluster import REPO
+from cluster import REPO, task_outcome
 from launch import TRAINER, launch, unique_job_name
 
 
@@ -96,3 +97,24 @@ def test_a_run_stopped_at_its_time_limit_is_resumed_and_resume_never_starts_afre
     log = (folder / f"{name}-{job['job_id']}.out").read_text()
     assert "resumed from step" not in log and "[rank0] step=1 " in log and "training complete steps=4" in log
     assert json.loads((run_dir(cluster, name, 1) / "run.json").read_text())["state"] == "TIMEOUT", "run 1 is left as it was"
+
+
+def test_a_run_taken_by_another_launch_at_the_same_moment_gets_a_script_rendered_for_the_run_it_takes(
+        cluster, tmp_path):
+    """The job script is rendered on the controller for the run the probe planned (1); another
+    launch (a callback of the test, as the directory is made) finishes run 1 first. The launch
+    takes run 2, and its script, log and end marker are run 2's."""
+    name = unique_job_name("race")
+    plant = {"ANSIBLE_CALLBACK_PLUGINS": str(REPO / "tests" / "integration" / "callback_plugins"),
+             "ANSIBLE_CALLBACKS_ENABLED": "plant_finished_run",
+             "PLANT_RUN_DIR": str(run_dir(cluster, name, 1)),
+             "PLANT_RUN_UID": str(pwd.getpwnam("alice").pw_uid)}
+    proc = launch(tmp_path, *request(name, "node110", "--steps 2 --log-every 1"), env=plant)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert task_outcome(proc.stdout, "Write the job script for the run taken, rendered again for it.", "login01") \
+        == "changed", proc.stdout[-3000:]
+    folder, job = newest(tmp_path, name)
+    assert (job["state"], job["run"], job["run_line"]) == ("COMPLETED", 2, "fresh run 2")
+    script = (run_dir(cluster, name, 2) / f"{name}.sbatch").read_text()
+    assert f"/jobs/alice/{name}/runs/2/" in script and f"/runs/1/" not in script
+    assert sorted(p.name for p in run_dir(cluster, name, 1).iterdir()) == ["run.json"], "nothing went into run 1"
