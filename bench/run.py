@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,7 +47,9 @@ TRAINER = "examples/train_ddp.py"
 INVENTORY_2 = BENCH / "inventory" / "bench2"
 INVENTORY_4 = BENCH / "inventory" / "bench4"
 NODES_2 = "b2-n1,b2-n2"
-FIGURES = ("submission", "answer", "provision", "render")
+# The ordinary user who submits from the bench clusters' login host (their login.yml).
+LOGIN_USER = "alice"
+FIGURES = ("submission", "answer", "peers", "provision", "render")
 # RPCs nobody's follower sends: the probe's own (sdiag) and slurmd's periodic registration.
 CTLD_IGNORED = {"REQUEST_STATS_INFO", "MESSAGE_NODE_REGISTRATION_STATUS"}
 
@@ -151,6 +154,22 @@ class Cluster:
         self.env = {**os.environ, "SLURM_CONF": report["slurm_conf"]}
         self.nas = Path(report["nas"])
         self.has_dbd = bool(report.get("accounting"))
+        self.state = Path(report["state_dir"])
+        # The user's jobs directory on the NAS (roles/slurm_launch: <jobs>/<user>/<job>/runs/<id>/).
+        self.jobs = self.nas / "jobs" / LOGIN_USER
+        login = next((s for s in report.get("services", []) if s["name"].endswith("-login")), None)
+        if login is None:
+            raise RuntimeError(f"{report['cluster']} has no login host (bench/inventory: group login)")
+        self.login_name, self.login_address = login["name"], login["address"]
+        # The SSH that Ansible makes to the login host (its default ssh_args: -C, a control
+        # master kept 60 s; login.yml: the user's key, the cluster's known_hosts), so the hand
+        # baselines pay what the floor pays to reach it.
+        ssh_dir = self.state / "ssh"
+        self.ssh_argv = ["ssh", "-C", "-o", "ControlMaster=auto", "-o", "ControlPersist=60s",
+                         "-o", f"ControlPath={RESULTS / 'tmp' / 'ssh-%C'}", "-o", "BatchMode=yes",
+                         "-i", str(ssh_dir / f"id_ed25519_{LOGIN_USER}"),
+                         "-o", f"UserKnownHostsFile={ssh_dir / 'known_hosts'}", "-o", "StrictHostKeyChecking=yes",
+                         f"{LOGIN_USER}@{self.login_address}"]
         return self
 
     def down(self, keep):
@@ -159,7 +178,25 @@ class Cluster:
             local_cluster("down", "-i", str(self.inventory))
 
     def slurm(self, *argv, cwd=None):
+        """A Slurm command as the admin on this machine (the probes: sdiag, sacctmgr, scancel)."""
         return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, cwd=cwd, timeout=120)
+
+    def login(self, *argv, cwd=None, env=None, timeout=120):
+        """A command as the user on the login host, over SSH. The remote side is a shell: every
+        word is quoted (shlex), so nothing in a path or argument is run as shell code."""
+        words = [*(["cd", str(cwd), "&&"] if cwd else []), *(["env", *(f"{k}={v}" for k, v in (env or {}).items())]
+                                                              if env else []), *map(str, argv)]
+        command = " ".join(w if w == "&&" else shlex.quote(w) for w in words)
+        return subprocess.run([*self.ssh_argv, command], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    def job_dir(self, name):
+        return self.jobs / name
+
+    def run_dir(self, name):
+        """The newest run directory of a job name (the one its launch made)."""
+        runs = sorted((self.job_dir(name) / "runs").glob("*"), key=lambda path: (len(path.name), path.name))
+        return runs[-1] if runs else None
 
     def ctld_rpcs(self):
         return benchlib.rpc_counts(self.slurm("sdiag").stdout)
@@ -198,17 +235,17 @@ class LogWatcher(threading.Thread):
 
     LAST_LINE = "training complete"
 
-    def __init__(self, job_dir, job_name):
+    def __init__(self, root, pattern):
         super().__init__(daemon=True)
-        self.job_dir, self.job_name = Path(job_dir), job_name
-        self.ignore = set(self.job_dir.glob(f"{job_name}-*.out"))  # an earlier job's log
+        self.root, self.pattern = Path(root), pattern
+        self.ignore = set(self.root.glob(pattern)) if self.root.is_dir() else set()  # an earlier job's log
         self.last_line_at = None
         self.done = threading.Event()
 
     def run(self):
         offsets = {}
         while not self.done.is_set() and self.last_line_at is None:
-            for path in self.job_dir.glob(f"{self.job_name}-*.out") if self.job_dir.is_dir() else ():
+            for path in self.root.glob(self.pattern) if self.root.is_dir() else ():
                 if path in self.ignore:
                     continue
                 try:
@@ -229,11 +266,11 @@ class LogWatcher(threading.Thread):
         return self.last_line_at
 
 
-def marker_time(job_dir, job_id):
+def marker_time(run_dir, job_id):
     """When the job script ended: the mtime of the end marker it writes (templates/train.sbatch.j2)."""
     try:
-        return (Path(job_dir) / f".{job_id}.ended").stat().st_mtime_ns / 1e9
-    except OSError:
+        return (Path(run_dir) / f".{job_id}.ended").stat().st_mtime_ns / 1e9
+    except (OSError, TypeError):
         return None
 
 
@@ -327,12 +364,13 @@ def bench_submission(cluster, reps):
         launch = playbook(INVENTORY_2, "launch.yml", *launch_args(name, "wait=false"), held)
         if launch.rc != 0:
             raise RuntimeError(f"launch.yml wait=false failed:\n{launch.tail()}")
-        script = cluster.nas / "jobs" / name / f"{name}.sbatch"
+        script = cluster.run_dir(name) / f"{name}.sbatch"
         floor = playbook(INVENTORY_2, BENCH / "floor.yml", f"bench_script={script}")
         if floor.rc != 0:
             raise RuntimeError(f"bench/floor.yml failed:\n{floor.tail()}")
+        # By hand: the same sbatch, as the same user on the login host, over the same SSH.
         started = time.time()
-        hand = cluster.slurm("sbatch", "--parsable", str(script), cwd=script.parent)
+        hand = cluster.login("sbatch", "--parsable", script, cwd=script.parent)
         hand_seconds = time.time() - started
         if hand.returncode != 0:
             raise RuntimeError(f"sbatch failed: {hand.stderr}")
@@ -345,7 +383,7 @@ def bench_submission(cluster, reps):
             floors.append(floor)
         log(f"submission {rep or 'warm-up'}: launch {launch.seconds:.2f} s, floor {floor.seconds:.2f} s, "
             f"sbatch {hand_seconds:.3f} s")
-    sbatch = row("1 submission", "hand sbatch (same script)", times["sbatch"], "s")
+    sbatch = row("1 submission", "hand sbatch (same script, over SSH on the login host)", times["sbatch"], "s")
     floor = row("1 submission", "Ansible floor (one-task playbook running that sbatch)", times["floor"], "s")
     launch = row("1 submission", "launch.yml -e wait=false", times["launch"], "s")
     launch["ratios"] = [against(launch, floor, "floor"), against(launch, sbatch, "sbatch")]
@@ -385,14 +423,15 @@ def module_floor(reps=5):
 
 def hand_follow(cluster, script):
     """What a person does by hand: sbatch, then `squeue -j ID` every second until the job is
-    gone from it, then one scontrol for the exit code. Returns (job id, exit code, answer time)."""
-    submitted = cluster.slurm("sbatch", "--parsable", str(script), cwd=script.parent)
+    gone from it, then one scontrol for the exit code, each as the user on the login host over
+    SSH. Returns (job id, exit code, state, answer time)."""
+    submitted = cluster.login("sbatch", "--parsable", script, cwd=script.parent)
     if submitted.returncode != 0:
         raise RuntimeError(f"sbatch failed: {submitted.stderr}")
     job_id = int(submitted.stdout.strip().split(";")[0])
-    while cluster.slurm("squeue", "-h", "-j", str(job_id), "-o", "%T").stdout.strip():
+    while cluster.login("squeue", "-h", "-j", job_id, "-o", "%T").stdout.strip():
         time.sleep(1)
-    record = cluster.slurm("scontrol", "show", "job", "-o", str(job_id)).stdout
+    record = cluster.login("scontrol", "show", "job", "-o", job_id).stdout
     answered = time.time()
     match = re.search(r"\bExitCode=(\d+):\d+", record)
     state = re.search(r"\bJobState=(\S+)", record)
@@ -413,8 +452,8 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
         log(f"{kind} warm-up job: {time.time() - started:.1f} s")
     for rep in range(reps):
         name = unique(f"bench-{kind}")
-        job_dir = cluster.nas / "jobs" / name
-        watcher = LogWatcher(job_dir, name)
+        job_dir = cluster.job_dir(name)
+        watcher = LogWatcher(job_dir, f"runs/*/{name}-*.out")
         watcher.start()
         probe.start()
         launch = playbook(INVENTORY_2, "launch.yml", *launch_args(name), script_args)
@@ -425,7 +464,8 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
         job = next((json.loads(path.read_text()) for path in (RESULTS / "outputs").glob(f"{name}-*/job.json")), {})
         job_id = job.get("job_id") or job_id_of(launch)
         samples["job_elapsed_s"].append(job.get("elapsed_seconds"))
-        marker_at = marker_time(job_dir, job_id)
+        run_dir = cluster.run_dir(name)
+        marker_at = marker_time(run_dir, job_id)
         samples["launch_line"].append(None if line_at is None else launch.ended - line_at)
         samples["launch_marker"].append(None if marker_at is None else launch.ended - marker_at)
         samples["job_tail"].append(None if None in (marker_at, line_at) else marker_at - line_at)
@@ -438,16 +478,16 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
                                 "after_job_end": after_end(launch, marker_at)})
 
         # The hand run of the same script.
-        shutil.rmtree(job_dir / "checkpoints", ignore_errors=True)
-        script = job_dir / f"{name}.sbatch"
-        watcher = LogWatcher(job_dir, name)
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        script = run_dir / f"{name}.sbatch"
+        watcher = LogWatcher(job_dir, f"runs/*/{name}-*.out")
         watcher.start()
         probe.start()
         started = time.time()
         hand_id, exit_code, state, answered = hand_follow(cluster, script)
         hand_ctld, hand_dbd = probe.stop()
         hand_line = watcher.stop()
-        hand_marker = marker_time(job_dir, hand_id)
+        hand_marker = marker_time(run_dir, hand_id)
         samples["hand_line"].append(None if hand_line is None else answered - hand_line)
         samples["hand_marker"].append(None if hand_marker is None else answered - hand_marker)
         samples["job_tail"].append(None if None in (hand_marker, hand_line) else hand_marker - hand_line)
@@ -507,12 +547,31 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
     return rows, details
 
 
-def installer_checksums():
+INSTALLERS = (("cuda_toolkit_runfile_checksum", "cuda_11.8.0_520.61.05_linux.run"),
+              ("conda_installer_checksum", "Miniforge3-Linux-x86_64.sh"))
+
+
+def counted_installers(cluster):
+    """The counting wrappers of bench/standins, their paths filled in, with a copy of each
+    project stand-in, in the cluster's state dir (which the NAS owner can read, unlike the
+    checkout). Returns (their run log, the -e of their checksums)."""
+    directory = cluster.state / "bench-standins"
+    (directory / "real").mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o755)
+    (directory / "real").chmod(0o755)
+    log_path = directory / "installers.log"
+    log_path.touch()
+    log_path.chmod(0o666)  # the installers run as the NAS owner
     digest = {}
-    for key, name in (("cuda_toolkit_runfile_checksum", "cuda_11.8.0_520.61.05_linux.run"),
-                      ("conda_installer_checksum", "Miniforge3-Linux-x86_64.sh")):
-        digest[key] = "sha256:" + hashlib.sha256((BENCH / "standins" / name).read_bytes()).hexdigest()
-    return json.dumps(digest)
+    for key, name in INSTALLERS:
+        real = directory / "real" / name
+        shutil.copyfile(REPO / "tests" / "standins" / name, real)
+        real.chmod(0o755)
+        text = (BENCH / "standins" / name).read_text().replace("@LOG@", str(log_path)).replace("@REAL@", str(real))
+        (directory / name).write_text(text)
+        (directory / name).chmod(0o755)
+        digest[key] = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return log_path, json.dumps(digest)
 
 
 class Provisioner:
@@ -520,15 +579,12 @@ class Provisioner:
 
     def __init__(self, cluster, inventory):
         self.cluster, self.inventory = cluster, inventory
-        self.installer_log = RESULTS / "tmp" / f"installers-{inventory.name}.log"
+        self.installer_log, self.checksums = counted_installers(cluster)
         self.first = None
 
     def run(self):
-        self.installer_log.parent.mkdir(parents=True, exist_ok=True)
-        self.installer_log.touch()
         before = len(self.installer_log.read_text().splitlines())
-        run = playbook(self.inventory, "provision.yml", installer_checksums(),
-                       env={"BENCH_INSTALLER_LOG": str(self.installer_log)})
+        run = playbook(self.inventory, "provision.yml", self.checksums)
         if run.rc != 0:
             raise RuntimeError(f"provision.yml on {self.inventory.name} failed:\n{run.tail(40)}")
         lines = self.installer_log.read_text().splitlines()[before:]
