@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,7 +47,9 @@ TRAINER = "examples/train_ddp.py"
 INVENTORY_2 = BENCH / "inventory" / "bench2"
 INVENTORY_4 = BENCH / "inventory" / "bench4"
 NODES_2 = "b2-n1,b2-n2"
-FIGURES = ("submission", "answer", "provision", "render")
+# The ordinary user who submits from the bench clusters' login host (their login.yml).
+LOGIN_USER = "alice"
+FIGURES = ("submission", "answer", "peers", "provision", "render")
 # RPCs nobody's follower sends: the probe's own (sdiag) and slurmd's periodic registration.
 CTLD_IGNORED = {"REQUEST_STATS_INFO", "MESSAGE_NODE_REGISTRATION_STATUS"}
 
@@ -151,6 +154,22 @@ class Cluster:
         self.env = {**os.environ, "SLURM_CONF": report["slurm_conf"]}
         self.nas = Path(report["nas"])
         self.has_dbd = bool(report.get("accounting"))
+        self.state = Path(report["state_dir"])
+        # The user's jobs directory on the NAS (roles/slurm_launch: <jobs>/<user>/<job>/runs/<id>/).
+        self.jobs = self.nas / "jobs" / LOGIN_USER
+        login = next((s for s in report.get("services", []) if s["name"].endswith("-login")), None)
+        if login is None:
+            raise RuntimeError(f"{report['cluster']} has no login host (bench/inventory: group login)")
+        self.login_name, self.login_address = login["name"], login["address"]
+        # The SSH that Ansible makes to the login host (its default ssh_args: -C, a control
+        # master kept 60 s; login.yml: the user's key, the cluster's known_hosts), so the hand
+        # baselines pay what the floor pays to reach it.
+        ssh_dir = self.state / "ssh"
+        self.ssh_argv = ["ssh", "-C", "-o", "ControlMaster=auto", "-o", "ControlPersist=60s",
+                         "-o", f"ControlPath={RESULTS / 'tmp' / 'ssh-%C'}", "-o", "BatchMode=yes",
+                         "-i", str(ssh_dir / f"id_ed25519_{LOGIN_USER}"),
+                         "-o", f"UserKnownHostsFile={ssh_dir / 'known_hosts'}", "-o", "StrictHostKeyChecking=yes",
+                         f"{LOGIN_USER}@{self.login_address}"]
         return self
 
     def down(self, keep):
@@ -159,7 +178,25 @@ class Cluster:
             local_cluster("down", "-i", str(self.inventory))
 
     def slurm(self, *argv, cwd=None):
+        """A Slurm command as the admin on this machine (the probes: sdiag, sacctmgr, scancel)."""
         return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, cwd=cwd, timeout=120)
+
+    def login(self, *argv, cwd=None, env=None, timeout=120):
+        """A command as the user on the login host, over SSH. The remote side is a shell: every
+        word is quoted (shlex), so nothing in a path or argument is run as shell code."""
+        words = [*(["cd", str(cwd), "&&"] if cwd else []), *(["env", *(f"{k}={v}" for k, v in (env or {}).items())]
+                                                              if env else []), *map(str, argv)]
+        command = " ".join(w if w == "&&" else shlex.quote(w) for w in words)
+        return subprocess.run([*self.ssh_argv, command], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    def job_dir(self, name):
+        return self.jobs / name
+
+    def run_dir(self, name):
+        """The newest run directory of a job name (the one its launch made)."""
+        runs = sorted((self.job_dir(name) / "runs").glob("*"), key=lambda path: (len(path.name), path.name))
+        return runs[-1] if runs else None
 
     def ctld_rpcs(self):
         return benchlib.rpc_counts(self.slurm("sdiag").stdout)
@@ -198,17 +235,17 @@ class LogWatcher(threading.Thread):
 
     LAST_LINE = "training complete"
 
-    def __init__(self, job_dir, job_name):
+    def __init__(self, root, pattern):
         super().__init__(daemon=True)
-        self.job_dir, self.job_name = Path(job_dir), job_name
-        self.ignore = set(self.job_dir.glob(f"{job_name}-*.out"))  # an earlier job's log
+        self.root, self.pattern = Path(root), pattern
+        self.ignore = set(self.root.glob(pattern)) if self.root.is_dir() else set()  # an earlier job's log
         self.last_line_at = None
         self.done = threading.Event()
 
     def run(self):
         offsets = {}
         while not self.done.is_set() and self.last_line_at is None:
-            for path in self.job_dir.glob(f"{self.job_name}-*.out") if self.job_dir.is_dir() else ():
+            for path in self.root.glob(self.pattern) if self.root.is_dir() else ():
                 if path in self.ignore:
                     continue
                 try:
@@ -229,11 +266,11 @@ class LogWatcher(threading.Thread):
         return self.last_line_at
 
 
-def marker_time(job_dir, job_id):
+def marker_time(run_dir, job_id):
     """When the job script ended: the mtime of the end marker it writes (templates/train.sbatch.j2)."""
     try:
-        return (Path(job_dir) / f".{job_id}.ended").stat().st_mtime_ns / 1e9
-    except OSError:
+        return (Path(run_dir) / f".{job_id}.ended").stat().st_mtime_ns / 1e9
+    except (OSError, TypeError):
         return None
 
 
@@ -327,12 +364,13 @@ def bench_submission(cluster, reps):
         launch = playbook(INVENTORY_2, "launch.yml", *launch_args(name, "wait=false"), held)
         if launch.rc != 0:
             raise RuntimeError(f"launch.yml wait=false failed:\n{launch.tail()}")
-        script = cluster.nas / "jobs" / name / f"{name}.sbatch"
+        script = cluster.run_dir(name) / f"{name}.sbatch"
         floor = playbook(INVENTORY_2, BENCH / "floor.yml", f"bench_script={script}")
         if floor.rc != 0:
             raise RuntimeError(f"bench/floor.yml failed:\n{floor.tail()}")
+        # By hand: the same sbatch, as the same user on the login host, over the same SSH.
         started = time.time()
-        hand = cluster.slurm("sbatch", "--parsable", str(script), cwd=script.parent)
+        hand = cluster.login("sbatch", "--parsable", script, cwd=script.parent)
         hand_seconds = time.time() - started
         if hand.returncode != 0:
             raise RuntimeError(f"sbatch failed: {hand.stderr}")
@@ -345,7 +383,7 @@ def bench_submission(cluster, reps):
             floors.append(floor)
         log(f"submission {rep or 'warm-up'}: launch {launch.seconds:.2f} s, floor {floor.seconds:.2f} s, "
             f"sbatch {hand_seconds:.3f} s")
-    sbatch = row("1 submission", "hand sbatch (same script)", times["sbatch"], "s")
+    sbatch = row("1 submission", "hand sbatch (same script, over SSH on the login host)", times["sbatch"], "s")
     floor = row("1 submission", "Ansible floor (one-task playbook running that sbatch)", times["floor"], "s")
     launch = row("1 submission", "launch.yml -e wait=false", times["launch"], "s")
     launch["ratios"] = [against(launch, floor, "floor"), against(launch, sbatch, "sbatch")]
@@ -385,14 +423,15 @@ def module_floor(reps=5):
 
 def hand_follow(cluster, script):
     """What a person does by hand: sbatch, then `squeue -j ID` every second until the job is
-    gone from it, then one scontrol for the exit code. Returns (job id, exit code, answer time)."""
-    submitted = cluster.slurm("sbatch", "--parsable", str(script), cwd=script.parent)
+    gone from it, then one scontrol for the exit code, each as the user on the login host over
+    SSH. Returns (job id, exit code, state, answer time)."""
+    submitted = cluster.login("sbatch", "--parsable", script, cwd=script.parent)
     if submitted.returncode != 0:
         raise RuntimeError(f"sbatch failed: {submitted.stderr}")
     job_id = int(submitted.stdout.strip().split(";")[0])
-    while cluster.slurm("squeue", "-h", "-j", str(job_id), "-o", "%T").stdout.strip():
+    while cluster.login("squeue", "-h", "-j", job_id, "-o", "%T").stdout.strip():
         time.sleep(1)
-    record = cluster.slurm("scontrol", "show", "job", "-o", str(job_id)).stdout
+    record = cluster.login("scontrol", "show", "job", "-o", job_id).stdout
     answered = time.time()
     match = re.search(r"\bExitCode=(\d+):\d+", record)
     state = re.search(r"\bJobState=(\S+)", record)
@@ -413,8 +452,8 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
         log(f"{kind} warm-up job: {time.time() - started:.1f} s")
     for rep in range(reps):
         name = unique(f"bench-{kind}")
-        job_dir = cluster.nas / "jobs" / name
-        watcher = LogWatcher(job_dir, name)
+        job_dir = cluster.job_dir(name)
+        watcher = LogWatcher(job_dir, f"runs/*/{name}-*.out")
         watcher.start()
         probe.start()
         launch = playbook(INVENTORY_2, "launch.yml", *launch_args(name), script_args)
@@ -425,7 +464,8 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
         job = next((json.loads(path.read_text()) for path in (RESULTS / "outputs").glob(f"{name}-*/job.json")), {})
         job_id = job.get("job_id") or job_id_of(launch)
         samples["job_elapsed_s"].append(job.get("elapsed_seconds"))
-        marker_at = marker_time(job_dir, job_id)
+        run_dir = cluster.run_dir(name)
+        marker_at = marker_time(run_dir, job_id)
         samples["launch_line"].append(None if line_at is None else launch.ended - line_at)
         samples["launch_marker"].append(None if marker_at is None else launch.ended - marker_at)
         samples["job_tail"].append(None if None in (marker_at, line_at) else marker_at - line_at)
@@ -438,16 +478,16 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
                                 "after_job_end": after_end(launch, marker_at)})
 
         # The hand run of the same script.
-        shutil.rmtree(job_dir / "checkpoints", ignore_errors=True)
-        script = job_dir / f"{name}.sbatch"
-        watcher = LogWatcher(job_dir, name)
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        script = run_dir / f"{name}.sbatch"
+        watcher = LogWatcher(job_dir, f"runs/*/{name}-*.out")
         watcher.start()
         probe.start()
         started = time.time()
         hand_id, exit_code, state, answered = hand_follow(cluster, script)
         hand_ctld, hand_dbd = probe.stop()
         hand_line = watcher.stop()
-        hand_marker = marker_time(job_dir, hand_id)
+        hand_marker = marker_time(run_dir, hand_id)
         samples["hand_line"].append(None if hand_line is None else answered - hand_line)
         samples["hand_marker"].append(None if hand_marker is None else answered - hand_marker)
         samples["job_tail"].append(None if None in (hand_marker, hand_line) else hand_marker - hand_line)
@@ -507,12 +547,238 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
     return rows, details
 
 
-def installer_checksums():
+# ---------------------------------------------------------------------------------------------
+# Peers: other launchers submit the same training on the same cluster, from the login host.
+# ---------------------------------------------------------------------------------------------
+
+PEERS_REQUIREMENTS = BENCH / "requirements-peers.txt"
+PEERS_CONSTRAINTS = BENCH / "constraints-peers.txt"
+# Outside every cluster's state dir (kept across `down`, so a run does not reinstall it) and
+# outside the checkout: the login host and the nodes run this venv's Python (submitit's job
+# does), and they see neither the checkout nor /root.
+PEERS_ROOT = Path("/var/lib/ansible-slurm-train/bench-peers")
+# What a site's hosts all run: a venv made from the controller's Python would point into /root.
+SYSTEM_PYTHON = "/usr/bin/python3"
+CONDA_ENV = "magicdrivedit"  # bench/environment.yml
+
+
+def peers_venv():
+    """The peers' venv (bench/requirements-peers.txt, torch held to the local CPU build by
+    bench/constraints-peers.txt), made once per content of those files."""
+    digest = hashlib.sha256(PEERS_REQUIREMENTS.read_bytes() + PEERS_CONSTRAINTS.read_bytes()).hexdigest()[:8]
+    venv = PEERS_ROOT / f"venv-{digest}"
+    if not (venv / ".complete").exists():
+        log(f"installing the peers into {venv}")
+        shutil.rmtree(venv, ignore_errors=True)
+        PEERS_ROOT.mkdir(parents=True, exist_ok=True)
+        PEERS_ROOT.chmod(0o755)
+        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+        proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-r", str(PEERS_REQUIREMENTS),
+                               "-c", str(PEERS_CONSTRAINTS)], capture_output=True, text=True, timeout=1200)
+        if proc.returncode != 0:
+            raise RuntimeError(f"pip install of the peers failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        (venv / ".complete").touch()
+    return venv
+
+
+def peer_versions(venv):
+    proc = subprocess.run([str(venv / "bin" / "pip"), "list", "--format=json"], capture_output=True, text=True)
+    try:
+        return {p["name"].lower(): p["version"] for p in json.loads(proc.stdout)}
+    except ValueError:
+        return {}
+
+
+def peer_files(cluster):
+    """The drivers (bench/peers) and the trainer, where the login host and the nodes see them."""
+    directory = cluster.state / "bench-peers"
+    directory.mkdir(exist_ok=True)
+    directory.chmod(0o755)
+    for source in (BENCH / "peers" / "submitit_ddp.py", BENCH / "peers" / "torchx_ddp.sh", REPO / TRAINER):
+        shutil.copyfile(source, directory / source.name)
+        (directory / source.name).chmod(0o755)
+    (directory / "bin").mkdir(exist_ok=True)
+    (directory / "bin").chmod(0o755)
+    shutil.copyfile(BENCH / "peers" / "torchrun", directory / "bin" / "torchrun")
+    (directory / "bin" / "torchrun").chmod(0o755)
+    return directory
+
+
+def job_state(cluster, job_id):
+    """(state, exit code) of a finished job, from accounting (as the admin, after the measurement)."""
+    if not job_id:
+        return None, None
+    record = cluster.slurm("sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State,ExitCode").stdout.split()
+    if not record:
+        return None, None
+    state, _, code = record[0].partition("|")
+    return state, code
+
+
+class Peer:
+    """One launcher run on the login host as the user: its command, the glob of its job's log
+    under its folder, and how to read its job id from what it printed."""
+
+    def __init__(self, key, label, argv, log_pattern, job_id_pattern):
+        self.key, self.label, self.argv, self.log_pattern = key, label, argv, log_pattern
+        self.job_id_pattern = re.compile(job_id_pattern)
+
+    def job_id(self, output):
+        match = self.job_id_pattern.search(output)
+        return int(match.group(1)) if match else None
+
+
+def peers(cluster, venv, files, steps, step_sleep, log_every):
+    conda = cluster.nas / "anaconda3"
+    nccl_env = cluster.nas / "env" / "nccl-bench_cpu.sh"
+    trainer = files / Path(TRAINER).name
+    train_args = ["--steps", str(steps), "--step-sleep", str(step_sleep), "--log-every", str(log_every)]
+    versions = peer_versions(venv)
+    # The same env as the launch's job script: conda env by prefix, the node group's NCCL file,
+    # OMP_NUM_THREADS = cpus per task / processes per node.
+    setup = [f"source {shlex.quote(str(conda / 'etc/profile.d/conda.sh'))}",
+             f'conda activate "{shlex.quote(str(conda / "envs"))}/$(readlink {shlex.quote(str(conda / "envs" / CONDA_ENV))} '
+             f'|| echo {CONDA_ENV})"',
+             f"source {shlex.quote(str(nccl_env))}", "export OMP_NUM_THREADS=2",
+             f'export PATH={shlex.quote(str(files / "bin"))}:"$PATH"']  # torchrun (bench/peers/torchrun)
+    submitit_argv = lambda folder, name: [  # noqa: E731 - one command line per run
+        venv / "bin" / "python", files / "submitit_ddp.py", "--folder", folder, "--job-name", name,
+        "--partition", "bench_cpu", "--nodes", "2", "--nproc-per-node", "2", "--cpus-per-task", "4",
+        *[arg for line in setup for arg in ("--setup", line)], "--script", trainer, "--", *train_args]
+    torchx_argv = lambda folder, name: [  # noqa: E731
+        files / "torchx_ddp.sh", conda, CONDA_ENV, nccl_env, "2", venv / "bin" / "torchx",
+        "run", "-s", "slurm", "--wait", "-cfg", "partition=bench_cpu,time=10",
+        "dist.ddp", "-j", "2x2", "--name", name, "--cpu", "4", "--script", trainer, "--", *train_args]
+    return [
+        Peer("submitit", f"submitit {versions.get('submitit', '?')} (SlurmExecutor, job.results())",
+             submitit_argv, "*_log.out", r'"job_id": "(\d+)'),
+        Peer("torchx", f"torchx {versions.get('torchx', '?')} (run -s slurm --wait dist.ddp -j 2x2)",
+             torchx_argv, "slurm-*.out", r"slurm://[^/]*/(\d+)"),
+    ], versions
+
+
+def bench_peers(cluster, probe, reps, steps, step_sleep, log_every, warm_up=True):
+    """Each peer launches the answer figure's short job from the login host, as the user, and
+    waits for it its own way; measured as bench_answer measures launch.yml: wall time from the
+    command's start to its exit, the exit after the training's last line (the harness polls the
+    job's log), and the slurmctld and slurmdbd RPCs between the two (LoadProbe)."""
+    venv = peers_venv()
+    files = peer_files(cluster)
+    runners, versions = peers(cluster, venv, files, steps, step_sleep, log_every)
+    home = Path(f"/home/{LOGIN_USER}/bench-peers")
+    samples = {peer.key: {k: [] for k in ("line", "wall", "ctld", "dbd")} for peer in runners}
+    breakdown, outcomes = {peer.key: [] for peer in runners}, {peer.key: [] for peer in runners}
+
+    def once(peer, counted):
+        name = unique(f"bench-{peer.key}")
+        folder = home / name
+        made = cluster.login("mkdir", "-p", folder)
+        if made.returncode != 0:
+            raise RuntimeError(f"mkdir on {cluster.login_name} failed: {made.stderr}")
+        watcher = LogWatcher(folder, peer.log_pattern)
+        watcher.start()
+        probe.start()
+        started = time.time()
+        proc = cluster.login(*peer.argv(folder, name), cwd=folder, timeout=900)
+        answered = time.time()
+        ctld, dbd = probe.stop()
+        line_at = watcher.stop()
+        output = proc.stdout + proc.stderr
+        job_id = peer.job_id(output)
+        state, exit_code = job_state(cluster, job_id)
+        outcome = {"job_id": job_id, "rc": proc.returncode, "state": state, "exit_code": exit_code,
+                   "output_tail": output[-1500:], "folder": str(folder), "counted": counted}
+        outcomes[peer.key].append(outcome)
+        if proc.returncode != 0 or line_at is None:
+            raise RuntimeError(f"{peer.key} (exit {proc.returncode}, job {job_id} {state}) did not train to its "
+                               f"end:\n{output[-3000:]}")
+        if counted:
+            samples[peer.key]["line"].append(answered - line_at)
+            samples[peer.key]["wall"].append(answered - started)
+            samples[peer.key]["ctld"].append(sum(ctld.values()))
+            samples[peer.key]["dbd"].append(None if dbd is None else sum(dbd.values()))
+            breakdown[peer.key].append({"slurmctld": ctld, "slurmdbd": dbd})
+        log(f"{peer.key} {'warm-up' if not counted else 'run'}: job {job_id} ({state}, exit {exit_code}) "
+            f"{answered - started:.1f} s, answered {answered - line_at:.2f} s after the last line, "
+            f"{sum(ctld.values())} slurmctld + {None if dbd is None else sum(dbd.values())} slurmdbd RPCs")
+
+    errors = {}
+    for peer in runners:
+        try:
+            if warm_up:
+                # The first job pays for cold caches (the venv and torch read from disk): not counted.
+                once(peer, False)
+            for _ in range(reps):
+                once(peer, True)
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
+            # One peer that cannot run is reported; the others are still measured.
+            log(f"peer {peer.key} could not be measured: {error}")
+            errors[peer.key] = str(error)
+
+    figure2, figure3 = "2 answer, short job (peers)", "3 load, short job (peers)"
+    rows = []
+    for peer in runners:
+        s = samples[peer.key]
+        if not s["wall"]:
+            rows.append(row(figure2, f"{peer.label}: not measured: {errors.get(peer.key, '?').splitlines()[0]}",
+                            [], "s"))
+            continue
+        rows += [row(figure2, f"{peer.label}: after the training's last line", s["line"], "s"),
+                 row(figure2, f"{peer.label}: wall time, submission to answer", s["wall"], "s"),
+                 row(figure3, f"{peer.label}: slurmctld RPCs", s["ctld"], "")]
+        if cluster.has_dbd:
+            rows += [row(figure3, f"{peer.label}: slurmdbd RPCs", s["dbd"], ""),
+                     row(figure3, f"{peer.label}: slurmctld + slurmdbd RPCs",
+                         [c + (d or 0) for c, d in zip(s["ctld"], s["dbd"])], "")]
+    by_type = {key: {daemon: {kind: benchlib.summary([(b[daemon] or {}).get(kind, 0) for b in runs])["median"]
+                              for kind in sorted({k for b in runs for k in (b[daemon] or {})})}
+                     for daemon in ("slurmctld", "slurmdbd")} for key, runs in breakdown.items()}
+    rows += unavailable_rows()
+    details = {"versions": versions, "venv": str(venv), "samples": samples, "rpc_breakdown": breakdown,
+               "rpc_median_by_type": by_type, "outcomes": outcomes, "errors": errors,
+               "job": {"steps": steps, "step_sleep": step_sleep, "log_every": log_every, "nodes": 2,
+                       "nproc_per_node": 2},
+               "not_run": json.loads(UNAVAILABLE.read_text()) if UNAVAILABLE.exists() else {}}
+    return rows, details
+
+
+# Launchers tried on this machine that could not run the job here, with the measured reason
+# (the failing command and its error), kept so the table and docs cite what was seen.
+UNAVAILABLE = BENCH / "peers" / "unavailable.json"
+
+
+def unavailable_rows():
+    if not UNAVAILABLE.exists():
+        return []
+    return [row("2 answer, short job (peers)", f"{entry['launcher']}: not run here: {entry['reason']}", [], "s",
+                note=entry) for entry in json.loads(UNAVAILABLE.read_text()).values()]
+
+
+INSTALLERS = (("cuda_toolkit_runfile_checksum", "cuda_11.8.0_520.61.05_linux.run"),
+              ("conda_installer_checksum", "Miniforge3-Linux-x86_64.sh"))
+
+
+def counted_installers(cluster):
+    """The counting wrappers of bench/standins, their paths filled in, with a copy of each
+    project stand-in, in the cluster's state dir (which the NAS owner can read, unlike the
+    checkout). Returns (their run log, the -e of their checksums)."""
+    directory = cluster.state / "bench-standins"
+    (directory / "real").mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o755)
+    (directory / "real").chmod(0o755)
+    log_path = directory / "installers.log"
+    log_path.touch()
+    log_path.chmod(0o666)  # the installers run as the NAS owner
     digest = {}
-    for key, name in (("cuda_toolkit_runfile_checksum", "cuda_11.8.0_520.61.05_linux.run"),
-                      ("conda_installer_checksum", "Miniforge3-Linux-x86_64.sh")):
-        digest[key] = "sha256:" + hashlib.sha256((BENCH / "standins" / name).read_bytes()).hexdigest()
-    return json.dumps(digest)
+    for key, name in INSTALLERS:
+        real = directory / "real" / name
+        shutil.copyfile(REPO / "tests" / "standins" / name, real)
+        real.chmod(0o755)
+        text = (BENCH / "standins" / name).read_text().replace("@LOG@", str(log_path)).replace("@REAL@", str(real))
+        (directory / name).write_text(text)
+        (directory / name).chmod(0o755)
+        digest[key] = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return log_path, json.dumps(digest)
 
 
 class Provisioner:
@@ -520,15 +786,12 @@ class Provisioner:
 
     def __init__(self, cluster, inventory):
         self.cluster, self.inventory = cluster, inventory
-        self.installer_log = RESULTS / "tmp" / f"installers-{inventory.name}.log"
+        self.installer_log, self.checksums = counted_installers(cluster)
         self.first = None
 
     def run(self):
-        self.installer_log.parent.mkdir(parents=True, exist_ok=True)
-        self.installer_log.touch()
         before = len(self.installer_log.read_text().splitlines())
-        run = playbook(self.inventory, "provision.yml", installer_checksums(),
-                       env={"BENCH_INSTALLER_LOG": str(self.installer_log)})
+        run = playbook(self.inventory, "provision.yml", self.checksums)
         if run.rc != 0:
             raise RuntimeError(f"provision.yml on {self.inventory.name} failed:\n{run.tail(40)}")
         lines = self.installer_log.read_text().splitlines()[before:]
@@ -661,7 +924,7 @@ def parse_args(argv=None):
                         help=f"comma-separated figures to measure, of {', '.join(FIGURES)} (default all)")
     parser.add_argument("--reps", type=int, default=None,
                         help="repetitions of every short measurement (default: submission 5, answer 3, "
-                             "provision 3, render 3)")
+                             "peers 3, provision 3, render 3)")
     parser.add_argument("--long-reps", type=int, default=1, help="repetitions of the long job (default 1)")
     parser.add_argument("--long-seconds", type=int, default=300,
                         help="about how long the long job trains, in seconds; 0 skips it (default 300)")
@@ -678,7 +941,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    reps = {"submission": 5, "answer": 3, "provision": 3, "render": 3}
+    reps = {"submission": 5, "answer": 3, "peers": 3, "provision": 3, "render": 3}
     if args.reps is not None:
         reps = dict.fromkeys(reps, args.reps)
     (RESULTS / "tmp").mkdir(parents=True, exist_ok=True)
@@ -699,7 +962,7 @@ def main(argv=None):
             result["errors"].append({"figure": name, "error": str(error), "traceback": traceback.format_exc()})
 
     try:
-        need_2 = {"submission", "answer", "provision"} & set(args.only)
+        need_2 = {"submission", "answer", "peers", "provision"} & set(args.only)
         if need_2:
             bench2 = Cluster(INVENTORY_2, accounting=True).up()
             clusters.append(bench2)
@@ -708,12 +971,16 @@ def main(argv=None):
             prov2.first_run()
         if "submission" in args.only:
             measure("submission", bench_submission, bench2, reps["submission"])
-        if "answer" in args.only:
+        if {"answer", "peers"} & set(args.only):
             probe = LoadProbe(bench2)
+        if "answer" in args.only:
             measure("answer_short", bench_answer, bench2, probe, "short", reps["answer"], args.short_steps, 0.25, 5,
                     True)
             if args.long_seconds > 0 and args.long_reps > 0:
                 measure("answer_long", bench_answer, bench2, probe, "long", args.long_reps, args.long_seconds, 1.0, 30)
+        if "peers" in args.only:
+            # The answer figure's short job, so the peers' rows sit beside launch.yml's and the hand loop's.
+            measure("peers", bench_peers, bench2, probe, reps["peers"], args.short_steps, 0.25, 5)
         if "provision" in args.only:
             bench4 = Cluster(INVENTORY_4).up()
             clusters.append(bench4)
