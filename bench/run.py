@@ -640,6 +640,9 @@ def scale_inventory(directory, count):
     names = [f"big{i:04d}" for i in range(1, count + 1)]
     nas = directory / "nas"
     (nas / "jobs").mkdir(parents=True, exist_ok=True)
+    # The node group's NCCL env file, which launch.yml requires on the NAS (provision.yml writes it).
+    (nas / "env").mkdir(exist_ok=True)
+    (nas / "env" / "nccl-bench_big.sh").write_text("export NCCL_SOCKET_IFNAME==eth0\n")
     hosts = {"all": {"children": {
         "submit": {"hosts": {"localhost": {"ansible_connection": "local",
                                            "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
