@@ -37,6 +37,7 @@ import uuid
 from pathlib import Path
 
 import benchlib
+import scale
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
@@ -49,7 +50,7 @@ INVENTORY_4 = BENCH / "inventory" / "bench4"
 NODES_2 = "b2-n1,b2-n2"
 # The ordinary user who submits from the bench clusters' login host (their login.yml).
 LOGIN_USER = "alice"
-FIGURES = ("submission", "answer", "peers", "provision", "render")
+FIGURES = ("submission", "answer", "peers", "provision", "render", "scale")
 # RPCs nobody's follower sends: the probe's own (sdiag) and slurmd's periodic registration.
 CTLD_IGNORED = {"REQUEST_STATS_INFO", "MESSAGE_NODE_REGISTRATION_STATUS"}
 
@@ -846,6 +847,9 @@ def scale_inventory(directory, count):
     names = [f"big{i:04d}" for i in range(1, count + 1)]
     nas = directory / "nas"
     (nas / "jobs").mkdir(parents=True, exist_ok=True)
+    # The node group's NCCL env file, which launch.yml requires on the NAS (provision.yml writes it).
+    (nas / "env").mkdir(exist_ok=True)
+    (nas / "env" / "nccl-bench_big.sh").write_text("export NCCL_SOCKET_IFNAME==eth0\n")
     hosts = {"all": {"children": {
         "submit": {"hosts": {"localhost": {"ansible_connection": "local",
                                            "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}},
@@ -941,7 +945,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    reps = {"submission": 5, "answer": 3, "peers": 3, "provision": 3, "render": 3}
+    reps = {"submission": 5, "answer": 3, "peers": 3, "provision": 3, "render": 3, "scale": 3}
     if args.reps is not None:
         reps = dict.fromkeys(reps, args.reps)
     (RESULTS / "tmp").mkdir(parents=True, exist_ok=True)
@@ -990,6 +994,9 @@ def main(argv=None):
             clusters.remove(bench4)
         if "render" in args.only:
             measure("render", bench_render, reps["render"])
+        if "scale" in args.only:
+            # bench/scale.py: bench16 (16 nodes) provisioned and running a 16-rank job.
+            measure("scale", scale.bench_scale, sys.modules[__name__], result, reps["scale"], args.keep_up)
     finally:
         for cluster in clusters:
             cluster.down(args.keep_up)
