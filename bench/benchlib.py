@@ -106,3 +106,29 @@ def markdown_table(rows):
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(escape(value) for value in line) + " |" for line in table_rows(rows)]
     return "\n".join(lines)
+
+
+# How each peer names the Slurm job it submitted, in what it prints (bench/run.py's peers):
+# bench/peers/submitit_ddp.py's JSON line, torchx's "Launched app: slurm://<session>/<id>",
+# NeMo-Run's "Job id: <id>" of its experiment summary.
+PEER_JOB_ID = {
+    "submitit": re.compile(r'"job_id": "(\d+)'),
+    "torchx": re.compile(r"Launched app: slurm://[^/\s]*/(\d+)"),
+    "nemo_run": re.compile(r"^\s*- Job id: (\d+)\s*$", re.M),
+}
+
+
+def peer_job_id(peer, output):
+    """The job id a peer printed (the first one), or None."""
+    match = PEER_JOB_ID[peer].search(output)
+    return int(match.group(1)) if match else None
+
+
+def sacct_state(text):
+    """(state, exit code) from `sacct -n -X -P -o State,ExitCode`: its first line, e.g.
+    "COMPLETED|0:0"; (None, None) when there is none. "CANCELLED by 2001" keeps its words."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None, None
+    state, _, code = lines[0].partition("|")
+    return state.strip(), code.strip() or None

@@ -609,24 +609,21 @@ def job_state(cluster, job_id):
     """(state, exit code) of a finished job, from accounting (as the admin, after the measurement)."""
     if not job_id:
         return None, None
-    record = cluster.slurm("sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State,ExitCode").stdout.split()
-    if not record:
-        return None, None
-    state, _, code = record[0].partition("|")
-    return state, code
+    return benchlib.sacct_state(cluster.slurm("sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State,ExitCode").stdout)
 
 
 class Peer:
     """One launcher run on the login host as the user: its command, the glob of its job's log
     under its folder, and how to read its job id from what it printed."""
 
-    def __init__(self, key, label, argv, log_pattern, job_id_pattern):
+    def __init__(self, key, label, argv, log_pattern, on_login=True, env=None):
         self.key, self.label, self.argv, self.log_pattern = key, label, argv, log_pattern
-        self.job_id_pattern = re.compile(job_id_pattern)
+        # on_login: run on the login host over SSH; else on this machine (NeMo-Run, which
+        # reaches the login host through its own SSH tunnel).
+        self.on_login, self.env = on_login, env
 
     def job_id(self, output):
-        match = self.job_id_pattern.search(output)
-        return int(match.group(1)) if match else None
+        return benchlib.peer_job_id(self.key, output)
 
 
 def peers(cluster, venv, files, steps, step_sleep, log_every):
@@ -652,9 +649,9 @@ def peers(cluster, venv, files, steps, step_sleep, log_every):
         "dist.ddp", "-j", "2x2", "--name", name, "--cpu", "4", "--script", trainer, "--", *train_args]
     return [
         Peer("submitit", f"submitit {versions.get('submitit', '?')} (SlurmExecutor, job.results())",
-             submitit_argv, "*_log.out", r'"job_id": "(\d+)'),
+             submitit_argv, "*_log.out"),
         Peer("torchx", f"torchx {versions.get('torchx', '?')} (run -s slurm --wait dist.ddp -j 2x2)",
-             torchx_argv, "slurm-*.out", r"slurm://[^/]*/(\d+)"),
+             torchx_argv, "slurm-*.out"),
     ], versions
 
 

@@ -68,3 +68,35 @@ def test_small_ratios_keep_the_digit_that_decides_a_goal():
     assert benchlib.ratio_text(0.0539) == "0.054x"
     assert benchlib.ratio_text(0.5) == "0.50x"
     assert benchlib.ratio_text(None) == "-"
+
+
+TORCHX_OUTPUT = """\
+torchx 2026-12-04 22:33:03 INFO     Launched app: slurm://torchx/14
+torchx 2026-12-04 22:33:03 INFO     AppStatus:
+    State: UNKNOWN
+torchx 2026-12-04 22:33:54 INFO     Job finished: SUCCEEDED
+"""
+
+NEMO_RUN_OUTPUT = """\
+Task 0: ddp
+- Status: SUBMITTED
+- Executor: SlurmExecutor on alice@10.88.0.100
+- Job id: 18
+- Local Directory: /x/.nemo_run/experiments/bench-nemo/bench-nemo_1796425249928416926/ddp
+[23:00:52] INFO     Waiting for job 18 to finish [log=False]...  launcher.py:136
+"""
+
+
+def test_peer_job_ids_from_what_each_peer_prints():
+    assert benchlib.peer_job_id("submitit", '{"job_id": "11", "state": "RUNNING", "error": null}\n') == 11
+    assert benchlib.peer_job_id("torchx", TORCHX_OUTPUT) == 14
+    assert benchlib.peer_job_id("nemo_run", NEMO_RUN_OUTPUT) == 18
+    # The experiment's id is a number too: only the "Job id" line counts.
+    assert benchlib.peer_job_id("nemo_run", "bench-nemo_1796425249928416926\n") is None
+    assert benchlib.peer_job_id("torchx", "torchx ... Waiting for the app to finish...\n") is None
+
+
+def test_sacct_state_reads_the_first_record():
+    assert benchlib.sacct_state("COMPLETED|0:0\n") == ("COMPLETED", "0:0")
+    assert benchlib.sacct_state("CANCELLED by 2001|0:15\nCOMPLETED|0:0\n") == ("CANCELLED by 2001", "0:15")
+    assert benchlib.sacct_state("\n") == (None, None)
