@@ -58,20 +58,48 @@ def host_node_groups(hostname, groups):
     return [name for name in node_groups(groups) if hostname in groups[name]]
 
 
-def host_node_group(hostname, groups, override=""):
+def node_groups_by_host(groups):
+    """``{host: its node groups, sorted}`` for every host in a node group: the inventory's groups
+    read once for a whole job's nodes, where host_node_groups reads them once per host."""
+    found = {}
+    for name in node_groups(groups):
+        for hostname in groups[name]:
+            found.setdefault(hostname, []).append(name)
+    return found
+
+
+def host_node_group(hostname, groups, override="", by_host=None):
     """The one node group of a host: ``override`` (the inventory's nccl_env_group for the host)
-    or its only node group.  ValueError, naming the groups, when there is none or several."""
+    or its only node group.  ValueError, naming the groups, when there is none or several.
+    ``by_host``: node_groups_by_host(groups), when the caller asks for many hosts."""
     if override:
         if not GROUP_NAME_RE.fullmatch(str(override)):
             raise ValueError(f"{hostname}: node group {override!r} is not allowed: {GROUP_NAME_RULE}")
         return str(override)
-    found = host_node_groups(hostname, groups)
+    found = (by_host.get(hostname, []) if by_host is not None else host_node_groups(hostname, groups))
     if len(found) != 1:
         raise ValueError(f"{hostname}: node groups {found} (groups under `compute` holding it): it needs exactly "
                          "one; set nccl_env_group for the node to choose")
     if not GROUP_NAME_RE.fullmatch(found[0]):
         raise ValueError(f"{hostname}: node group {found[0]!r} is not allowed: {GROUP_NAME_RULE}")
     return found[0]
+
+
+def nodes_node_group(nodes, nodes_vars, groups):
+    """The one node group of a job's nodes: each node's (its nccl_env_group in ``nodes_vars``, a
+    ``{node: {name: value}}``, or its only node group), which must be the same for all; ValueError
+    naming the nodes otherwise."""
+    found = {}
+    by_host = node_groups_by_host(groups)
+    for node in nodes:
+        group = host_node_group(node, groups, (nodes_vars.get(node) or {}).get("nccl_env_group", ""), by_host)
+        found.setdefault(group, []).append(node)
+    if len(found) != 1:
+        raise ValueError(
+            "the nodes are not of one node group, so no one NCCL env file fits them: "
+            + "; ".join(f"{', '.join(members)} in {group}" for group, members in sorted(found.items()))
+            + "; pick nodes of one group (-e group=GROUP)")
+    return next(iter(found))
 
 
 def job_partition(given, group, common_partitions):

@@ -78,31 +78,32 @@ def test_a_node_group_name_that_cannot_be_a_file_name_is_refused():
 
 
 def test_the_nodes_of_a_job_share_one_node_group():
-    hostvars = {"node110": {}, "node111": {}, "h1": {}}
-    assert filters.nodes_node_group(["node110", "node111"], hostvars, GROUPS) == "gpu_A6000"
-    with pytest.raises(AnsibleFilterError, match=r"node110 in gpu_A6000; h1 in gpu_H100"):
-        filters.nodes_node_group(["node110", "h1"], hostvars, GROUPS)
-    # The nccl_env role's per-node choice counts (what it names the file after).
-    assert filters.nodes_node_group(["node110"], {"node110": {"nccl_env_group": "g2"}}, GROUPS) == "g2"
-
-
-def test_the_launch_reads_why_the_nodes_have_no_one_node_group_as_a_message():
-    hostvars = {"node110": {}, "node111": {}, "h1": {}}
-    assert filters.nodes_node_group_problem(["node110", "node111"], hostvars, GROUPS) == ""
-    assert filters.nodes_node_group_problem(["node110", "h1"], hostvars, GROUPS) == (
+    nodes_vars = {"node110": {}, "node111": {}, "h1": {}}
+    assert rules.nodes_node_group(["node110", "node111"], nodes_vars, GROUPS) == "gpu_A6000"
+    with pytest.raises(ValueError) as error:
+        rules.nodes_node_group(["node110", "h1"], nodes_vars, GROUPS)
+    assert str(error.value) == (
         "the nodes are not of one node group, so no one NCCL env file fits them: node110 in gpu_A6000; "
         "h1 in gpu_H100; pick nodes of one group (-e group=GROUP)")
+    # The nccl_env role's per-node choice counts (what it names the file after).
+    assert rules.nodes_node_group(["node110"], {"node110": {"nccl_env_group": "g2"}}, GROUPS) == "g2"
 
 
-def test_a_node_of_no_node_group_is_named_in_the_launchs_message_not_a_traceback():
+def test_a_node_of_no_node_group_is_named():
     # A node Slurm knows that the inventory puts in no node group (here the login host, as a job's
-    # -e nodes=login01 would): the launch's assert reads the rule's message, naming the node.
-    hostvars = {"node110": {}, "login01": {}}
-    assert filters.nodes_node_group_problem(["node110", "login01"], hostvars, GROUPS) == (
+    # -e nodes=login01 would).
+    with pytest.raises(ValueError) as error:
+        rules.nodes_node_group(["node110", "login01"], {}, GROUPS)
+    assert str(error.value) == (
         "login01: node groups [] (groups under `compute` holding it): it needs exactly one; set nccl_env_group "
         "for the node to choose")
-    with pytest.raises(AnsibleFilterError, match=r"^login01: node groups \[\]"):
-        filters.nodes_node_group(["login01"], hostvars, GROUPS)
+
+
+def test_the_node_groups_of_many_hosts_are_each_hosts_node_groups():
+    by_host = rules.node_groups_by_host(GROUPS)
+    for host in GROUPS["compute"]:
+        assert by_host.get(host, []) == rules.host_node_groups(host, GROUPS)
+        assert rules.host_node_group(host, GROUPS, "", by_host) == rules.host_node_group(host, GROUPS)
 
 
 @pytest.mark.parametrize(("given", "group", "common", "partition"), [

@@ -30,44 +30,12 @@ def path_problems(values, allow_empty=()):
     return [problem for problem in found if problem]
 
 
-def nodes_node_group(nodes, hostvars, groups):
-    """The one node group of a job's nodes: each node's (its nccl_env_group, or its only node
-    group), which must be the same for all; AnsibleFilterError naming the nodes otherwise."""
-    found = {}
-    for node in nodes:
-        try:
-            group = rules.host_node_group(node, groups, (hostvars.get(node) or {}).get("nccl_env_group", ""))
-        except ValueError as exc:
-            raise AnsibleFilterError(str(exc)) from exc
-        found.setdefault(group, []).append(node)
-    if len(found) != 1:
-        raise AnsibleFilterError(
-            "the nodes are not of one node group, so no one NCCL env file fits them: "
-            + "; ".join(f"{', '.join(members)} in {group}" for group, members in sorted(found.items()))
-            + "; pick nodes of one group (-e group=GROUP)")
-    return next(iter(found))
-
-
-def nodes_node_group_problem(nodes, hostvars, groups):
-    """Why the nodes have no one node group (nodes_node_group's message), or '' when they have:
-    for an assert's fail_msg, which a user reads without a filter's traceback around it."""
-    try:
-        nodes_node_group(nodes, hostvars, groups)
-    except AnsibleFilterError as exc:
-        return exc.message
-    return ""
-
-
 class FilterModule:
     def filters(self):
         return {
             "cluster_safe_path": rules.is_safe_path,
             "cluster_path_problems": path_problems,
             "cluster_node_groups": rules.node_groups,
-            "cluster_host_node_groups": rules.host_node_groups,
             "cluster_host_node_group": _raising(rules.host_node_group),
-            "cluster_nodes_node_group": nodes_node_group,
-            "cluster_nodes_node_group_problem": nodes_node_group_problem,
-            "cluster_job_partition": rules.job_partition,
             "cluster_nccl_env_file": _raising(rules.nccl_env_file),
         }

@@ -28,9 +28,11 @@ _RULES_SPEC.loader.exec_module(_rules)
 def preflight_node_groups(nodes, hostvars, groups):
     """Each node's group as provision.yml's nccl_env role names it ('' for a node it would refuse)."""
     found = []
+    by_host = _rules.node_groups_by_host(groups)
     for node in nodes:
         try:
-            found.append(_rules.host_node_group(node, groups, (hostvars.get(node) or {}).get("nccl_env_group", "")))
+            found.append(_rules.host_node_group(node, groups, (hostvars.get(node) or {}).get("nccl_env_group", ""),
+                                                by_host))
         except ValueError:
             found.append("")
     return found
