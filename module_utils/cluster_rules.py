@@ -53,14 +53,9 @@ def node_groups(groups):
                   if name not in NOT_NODE_GROUPS and members and set(members) <= compute)
 
 
-def host_node_groups(hostname, groups):
-    """The node groups that hold ``hostname``, sorted."""
-    return [name for name in node_groups(groups) if hostname in groups[name]]
-
-
 def node_groups_by_host(groups):
     """``{host: its node groups, sorted}`` for every host in a node group: the inventory's groups
-    read once for a whole job's nodes, where host_node_groups reads them once per host."""
+    read once, for one host or a whole job's nodes."""
     found = {}
     for name in node_groups(groups):
         for hostname in groups[name]:
@@ -76,7 +71,7 @@ def host_node_group(hostname, groups, override="", by_host=None):
         if not GROUP_NAME_RE.fullmatch(str(override)):
             raise ValueError(f"{hostname}: node group {override!r} is not allowed: {GROUP_NAME_RULE}")
         return str(override)
-    found = (by_host.get(hostname, []) if by_host is not None else host_node_groups(hostname, groups))
+    found = (by_host if by_host is not None else node_groups_by_host(groups)).get(hostname, [])
     if len(found) != 1:
         raise ValueError(f"{hostname}: node groups {found} (groups under `compute` holding it): it needs exactly "
                          "one; set nccl_env_group for the node to choose")

@@ -58,7 +58,7 @@ def test_node_groups_are_the_groups_of_compute_nodes_only():
 
 
 def test_a_hosts_node_group():
-    assert rules.host_node_groups("node111", GROUPS) == ["gpu_A6000"]
+    assert rules.node_groups_by_host(GROUPS)["node111"] == ["gpu_A6000"]
     assert rules.host_node_group("node111", GROUPS) == "gpu_A6000"
     assert rules.host_node_group("node111", GROUPS, "gpu_special") == "gpu_special"
 
@@ -99,10 +99,10 @@ def test_a_node_of_no_node_group_is_named():
         "for the node to choose")
 
 
-def test_the_node_groups_of_many_hosts_are_each_hosts_node_groups():
+def test_the_node_groups_of_many_hosts_are_read_once_and_give_each_hosts_group():
     by_host = rules.node_groups_by_host(GROUPS)
+    assert by_host == {"node110": ["gpu_A6000"], "node111": ["gpu_A6000"], "h1": ["gpu_H100"]}
     for host in GROUPS["compute"]:
-        assert by_host.get(host, []) == rules.host_node_groups(host, GROUPS)
         assert rules.host_node_group(host, GROUPS, "", by_host) == rules.host_node_group(host, GROUPS)
 
 
