@@ -122,14 +122,22 @@ options:
         file is readable on the host the module runs on. V(0) reads nothing.
     type: int
     default: 40
-  prediction_script:
+  stage:
     description:
-      - In check mode, the content of O(script) as it would be written, rendered on the controller;
-        the slurm_job action plugin of the slurm_launch role puts it into a temporary directory on
-        the host for Slurm's prediction (C(sbatch --test-only)) and removes it again, so that
-        check mode writes nothing where O(script) goes. Read by the action plugin; the module
-        itself ignores it.
-    type: str
+      - Before submitting, make the job's directory on the NAS, stage its code, take its run and
+        write its files (the job script among them), in this module run; takes the options of the
+        project's C(job_dir) module (see C(ansible-doc job_dir)), which follows the same rules.
+      - The words of its C(placeholders) in O(script), O(chdir) and O(end_marker), as in the files,
+        stand for the run's directory and the code's, which only the NAS knows until the run is
+        taken; they are filled in before the job is submitted.
+      - Nothing is submitted while a file of its C(expect_files) is missing (RV(staged) lists it),
+        or while its code is missing and no C(code_archive) came with it (RV(staged) has
+        C(code_present) false); the project's C(slurm_job) action plugin then sends the code and
+        runs the module again.
+      - In check mode nothing is written; the job script as it would be written goes to a
+        temporary directory on the host for Slurm's prediction (C(sbatch --test-only)), which is
+        removed again.
+    type: dict
   end_marker:
     description:
       - A file the job writes when its batch script ends (C(%j) stands for the job id), on a
@@ -518,6 +526,20 @@ test_only:
       returned: always
       type: str
       sample: null
+end_marker:
+  description: The end marker followed (O(end_marker), with O(stage)'s placeholders filled in); later slices of the follow take it.
+  returned: always
+  type: str
+  sample: /starmap/nas/jobs/alice/train/runs/2/.%j.ended
+staged:
+  description:
+    - With O(stage), what staging did or found, as the C(job_dir) module returns it (C(job_dir),
+      C(code_dir), C(code_present), C(run_id), C(run_dir), C(resumed), C(run_reason),
+      C(missing_files), C(files_written), ...); null without it.
+  returned: always
+  type: dict
+  sample: {"job_dir": "/starmap/nas/jobs/alice/train", "run_id": 2, "run_dir": "/starmap/nas/jobs/alice/train/runs/2",
+           "resumed": false, "run_reason": "run 1 ended COMPLETED", "code_present": true, "missing_files": []}
 """
 
 import datetime
@@ -531,6 +553,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.cluster_rules import run_of_path
+from ansible.module_utils.job_dirs import STAGE_SPEC, Refused, check_placeholders, fill_placeholders, stage
 from ansible.module_utils.slurm import (
     INVALID_JOB_ID,
     SQUEUE_FORMAT,
@@ -574,7 +597,7 @@ ARGUMENT_SPEC = {
     "log_tail_lines": {"type": "int", "default": 40},
     "environment": {"type": "dict", "default": {}},
     "end_marker": {"type": "str"},
-    "prediction_script": {"type": "str", "no_log": True},
+    "stage": {"type": "dict", "options": STAGE_SPEC},
     "controller_timeout": {"type": "int", "default": 600},
     "return_on_change": {"type": "bool", "default": False},
     "progress_every": {"type": "int", "default": 30},
@@ -946,6 +969,7 @@ class SlurmJobRunner:
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
             nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
+            staged=None, end_marker=self.params["end_marker"],
         )
 
     def finish(self, msg=None):
@@ -1134,9 +1158,44 @@ class SlurmJobRunner:
 
     def present(self):
         if self.params["job_id"] is None:
-            self.submit_or_find()
+            with tempfile.TemporaryDirectory(prefix="slurm-job-prediction-") as scratch:
+                if self.params["stage"] is not None and not self.stage(scratch):
+                    return  # nothing to submit yet: RV(staged) says why
+                self.submit_or_find()
         if self.result["job_id"] is not None:
             self.fail_unless_succeeded(self.watch(self.result["job_id"]))
+
+    def stage(self, scratch):
+        """Stage the job (the job_dir module's rules) and fill the placeholders of O(script), O(chdir)
+        and O(end_marker) in; in check mode, the script as it would be written goes to ``scratch``
+        for Slurm's prediction. False when there is nothing to submit yet."""
+        params, check_mode = self.params, self.module.check_mode
+        try:
+            staged = stage(params["stage"], check_mode)
+            words = check_placeholders(params["stage"]["placeholders"])
+        except Refused as error:
+            self.finish(str(error))
+        except OSError as error:
+            self.finish(f"{error.filename or params['stage']['jobs_root']}: {error.strerror}")
+        self.result.update(staged=staged, changed=staged["changed"])
+        code_missing = params["stage"]["code_hash"] and not (staged["code_present"] or staged["code_copied"])
+        if staged["missing_files"] or (code_missing and not check_mode):
+            return False
+        for key in ("script", "chdir", "end_marker"):
+            if params[key]:
+                params[key] = fill_placeholders(params[key], words, staged)
+        self.result["end_marker"] = params["end_marker"]
+        if check_mode:
+            name = os.path.basename(params["script"])
+            content = next((spec["content"] for spec in params["stage"]["files"] if spec["name"] == name), None)
+            if content is None:
+                self.finish(f"script {params['script']} is not one of stage's files, which check mode predicts from")
+            params["script"], params["chdir"] = os.path.join(scratch, name), scratch
+            with open(params["script"], "w", encoding="utf-8") as handle:
+                handle.write(fill_placeholders(content, words, staged))
+        elif params["chdir"] is not None and not os.path.isdir(params["chdir"]):
+            self.finish(f"chdir {params['chdir']} is not a directory")
+        return True
 
     def submit_or_find(self):
         params = self.params
@@ -1159,7 +1218,8 @@ class SlurmJobRunner:
         if params["private_output"]:
             os.umask(0o077)  # sbatch hands its umask to the job, whose output files Slurm creates with it
         job_id, submitted, cluster = self.slurm.submit(["sbatch", "--parsable", *options], params["chdir"], find_copy)
-        self.result.update(job_id=job_id, submitted=submitted, found_existing=not submitted, changed=submitted)
+        self.result.update(job_id=job_id, submitted=submitted, found_existing=not submitted,
+                           changed=submitted or self.result["changed"])
         if cluster is not None:
             # A -M in the script or a SLURM_CLUSTERS the module did not set: say so, rather than
             # follow an id that the local cluster does not know.
@@ -1222,7 +1282,8 @@ def validate(module):
     for name in CLUSTERS_VARIABLES:
         if name in params["environment"]:
             return f"environment must not set {name}={params['environment'][name]!r}: {CLUSTERS_RULE}"
-    if params["chdir"] is not None and not os.path.isdir(params["chdir"]):
+    # With stage, chdir is the run's directory, made (and its placeholder filled in) by staging.
+    if params["chdir"] is not None and params["stage"] is None and not os.path.isdir(params["chdir"]):
         return f"chdir {params['chdir']} is not a directory"
     return reserved_option_problem(params["sbatch_args"])
 

@@ -21,10 +21,20 @@ for directory in (LIBRARY_DIR, MODULE_UTILS_DIR):
     if str(directory) not in sys.path:
         sys.path.insert(0, str(directory))
 
-for source in sorted(MODULE_UTILS_DIR.glob("*.py")):
-    shared = importlib.import_module(source.stem)
-    sys.modules[f"ansible.module_utils.{source.stem}"] = shared
-    setattr(ansible.module_utils, source.stem, shared)
+# In an order where each one's imports of the others (ansible.module_utils.NAME) are registered first.
+_pending = sorted(source.stem for source in MODULE_UTILS_DIR.glob("*.py"))
+while _pending:
+    for name in list(_pending):
+        try:
+            shared = importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if not (error.name or "").startswith("ansible.module_utils.") or len(_pending) == 1:
+                raise
+            sys.modules.pop(name, None)
+            continue
+        sys.modules[f"ansible.module_utils.{name}"] = shared
+        setattr(ansible.module_utils, name, shared)
+        _pending.remove(name)
 
 
 @pytest.fixture

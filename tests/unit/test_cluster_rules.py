@@ -128,11 +128,12 @@ def test_the_nccl_env_file_of_a_node_group():
 
 
 def test_every_role_names_the_env_file_through_the_one_filter():
-    # The writer (nccl_env) and the readers (the launch, the preflight) call the same filter.
+    # The writer (nccl_env) and the readers (the preflight; the launch, through the train_job
+    # filter's nccl_env_file, which submit.yml expects on the NAS) call the same rule.
     uses = {path.relative_to(ROOT).as_posix() for path in (ROOT / "roles").rglob("*.yml")
             if "cluster_nccl_env_file" in path.read_text()}
-    assert uses == {"roles/nccl_env/tasks/main.yml", "roles/slurm_launch/tasks/derive.yml",
-                    "roles/slurm_launch/tasks/preflight_report.yml"}
+    assert uses == {"roles/nccl_env/tasks/main.yml", "roles/slurm_launch/tasks/preflight_report.yml"}
+    assert "_slurm_launch_job.nccl_env_file" in (ROOT / "roles/slurm_launch/tasks/submit.yml").read_text()
     for path in (ROOT / "roles").rglob("*"):
         if path.is_file() and path.suffix in (".yml", ".py", ".j2"):
             assert "/nccl-' ~" not in path.read_text() and "/nccl-{" not in path.read_text(), path

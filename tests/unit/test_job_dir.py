@@ -14,6 +14,7 @@ import yaml
 from ansible.module_utils.testing import patch_module_args
 
 import job_dir
+import job_dirs
 
 ACTION = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "action_plugins" / "job_dir.py"
 spec = importlib.util.spec_from_file_location("job_dir_action", ACTION)
@@ -42,7 +43,7 @@ def jobs(tmp_path):
 
 
 def user():
-    return job_dir.owner_name(os.geteuid())
+    return job_dirs.owner_name(os.geteuid())
 
 
 def test_makes_the_users_private_directories_and_reports_them(tmp_path, jobs):
@@ -67,12 +68,12 @@ def test_a_link_at_any_component_is_refused_naming_it(tmp_path, jobs):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (jobs / user()).symlink_to(elsewhere)
-    with pytest.raises(job_dir.Refused, match=rf"{jobs / user()} is a symbolic link: refusing to write through it"):
+    with pytest.raises(job_dirs.Refused, match=rf"{jobs / user()} is a symbolic link: refusing to write through it"):
         run(tmp_path)
     (jobs / user()).unlink()
     (jobs / user()).mkdir(mode=0o700)
     (jobs / user() / "train").symlink_to(elsewhere)
-    with pytest.raises(job_dir.Refused, match=r"train is a symbolic link"):
+    with pytest.raises(job_dirs.Refused, match=r"train is a symbolic link"):
         run(tmp_path)
     assert list(elsewhere.iterdir()) == []
 
@@ -80,14 +81,14 @@ def test_a_link_at_any_component_is_refused_naming_it(tmp_path, jobs):
 def test_a_directory_of_another_user_is_refused_naming_its_owner(tmp_path, jobs):
     (jobs / user()).mkdir(mode=0o777)
     os.chown(jobs / user(), OTHER_UID, OTHER_UID)
-    with pytest.raises(job_dir.Refused, match=rf"{jobs / user()} belongs to uid {OTHER_UID}, not to {user()}"):
+    with pytest.raises(job_dirs.Refused, match=rf"{jobs / user()} belongs to uid {OTHER_UID}, not to {user()}"):
         run(tmp_path)
     assert list((jobs / user()).iterdir()) == []
 
 
 def test_a_file_in_place_of_a_directory_is_refused(tmp_path, jobs):
     (jobs / user()).write_text("")
-    with pytest.raises(job_dir.Refused, match="is not a directory"):
+    with pytest.raises(job_dirs.Refused, match="is not a directory"):
         run(tmp_path)
 
 
@@ -100,13 +101,13 @@ def test_a_file_in_place_of_a_directory_is_refused(tmp_path, jobs):
     ({"code_hash": "../../etc"}, "is not a hex digest"),
 ])
 def test_bad_parameters_are_refused_before_anything_is_made(tmp_path, jobs, params, message):
-    with pytest.raises(job_dir.Refused, match=message):
+    with pytest.raises(job_dirs.Refused, match=message):
         job_dir.run(FakeModule(jobs_root=str(jobs), **{"job_name": "train", **params}))
     assert list(jobs.iterdir()) == []
 
 
 def test_a_missing_jobs_root_says_provision_makes_it(tmp_path):
-    with pytest.raises(job_dir.Refused, match=r"jobs directory .*/jobs: No such file or directory \(provision.yml"):
+    with pytest.raises(job_dirs.Refused, match=r"jobs directory .*/jobs: No such file or directory \(provision.yml"):
         run(tmp_path)
 
 
@@ -135,7 +136,7 @@ def test_an_archive_with_a_path_outside_is_refused_and_leaves_nothing(tmp_path, 
     with tarfile.open(archive, "w") as tar:
         member = tarfile.TarInfo("../escape.py")
         tar.addfile(member)
-    with pytest.raises(job_dir.Refused, match="not a plain relative file"):
+    with pytest.raises(job_dirs.Refused, match="not a plain relative file"):
         run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
     code = jobs / user() / "train" / "code"
     assert list(code.iterdir()) == [] and not (jobs / user() / "train" / "escape.py").exists()
@@ -236,7 +237,7 @@ def test_the_documented_options_are_the_argument_spec():
 
 def test_a_jobs_root_that_is_a_file_is_refused_as_not_a_directory(tmp_path):
     (tmp_path / "jobs").write_text("")
-    with pytest.raises(job_dir.Refused, match=r"jobs directory .*/jobs: Not a directory \(provision.yml makes it\)"):
+    with pytest.raises(job_dirs.Refused, match=r"jobs directory .*/jobs: Not a directory \(provision.yml makes it\)"):
         run(tmp_path)
 
 
@@ -297,12 +298,12 @@ def plant_link_while_extracting(monkeypatch, tmp_path, name):
     directory as a link to a file of theirs, between its making and the extraction."""
     victim = tmp_path / "victim.txt"
     victim.write_text("the other user's\n")
-    real = job_dir.extract
+    real = job_dirs.extract
 
     def planting(archive, destination, file_mode):
         os.symlink(victim, os.path.join(destination, name))
         real(archive, destination, file_mode)
-    monkeypatch.setattr(job_dir, "extract", planting)
+    monkeypatch.setattr(job_dirs, "extract", planting)
     return victim
 
 
@@ -341,7 +342,7 @@ def test_every_directory_it_opened_is_closed_again(tmp_path, jobs):
 def another_copy_lands_while_extracting(monkeypatch, owner=None):
     """A second launch of the same code renames its copy into code/<hash> first (or, with owner,
     another user makes that directory), while this run is still extracting."""
-    real = job_dir.extract
+    real = job_dirs.extract
 
     def racing(archive, destination, file_mode):
         real(archive, destination, file_mode)
@@ -350,7 +351,7 @@ def another_copy_lands_while_extracting(monkeypatch, owner=None):
         Path(theirs, "train.py").write_text("print('hi')\n")
         if owner is not None:
             os.chown(theirs, owner, owner)
-    monkeypatch.setattr(job_dir, "extract", racing)
+    monkeypatch.setattr(job_dirs, "extract", racing)
 
 
 def test_a_launch_of_the_same_code_that_got_there_first_is_kept(monkeypatch, tmp_path, jobs):
@@ -365,7 +366,7 @@ def test_a_launch_of_the_same_code_that_got_there_first_is_kept(monkeypatch, tmp
 def test_a_directory_another_user_made_in_its_place_meanwhile_is_refused(monkeypatch, tmp_path, jobs):
     archive = pack_tree(tmp_path, {"train.py": "print('hi')\n"})
     another_copy_lands_while_extracting(monkeypatch, owner=OTHER_UID)
-    with pytest.raises(job_dir.Refused, match=rf"code/ab12cd34 belongs to uid {OTHER_UID}, not to {user()}"):
+    with pytest.raises(job_dirs.Refused, match=rf"code/ab12cd34 belongs to uid {OTHER_UID}, not to {user()}"):
         run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
     assert [p.name for p in (jobs / user() / "train" / "code").iterdir()] == ["ab12cd34"], "no partial left"
 
@@ -419,9 +420,9 @@ def test_resume_never_and_a_run_id_choose_themselves(tmp_path, jobs):
     ended(jobs, 2, "TIMEOUT", step=10)
     assert (run(tmp_path, resume="never")["run_id"], run(tmp_path, resume="1")["run_id"]) == (3, 1)
     assert run(tmp_path, resume="1")["resumed_step"] == 50
-    with pytest.raises(job_dir.Refused, match=r"resume=7: this job has no run 7 \(its runs: 1, 2, 3\)"):
+    with pytest.raises(job_dirs.Refused, match=r"resume=7: this job has no run 7 \(its runs: 1, 2, 3\)"):
         run(tmp_path, resume="7")
-    with pytest.raises(job_dir.Refused, match=r"resume='latest' is not allowed: give auto"):
+    with pytest.raises(job_dirs.Refused, match=r"resume='latest' is not allowed: give auto"):
         run(tmp_path, resume="latest")
 
 
@@ -434,7 +435,7 @@ def test_a_fresh_run_id_already_taken_by_a_concurrent_launch_goes_to_the_next(tm
             real_mkdir(jobs / user() / "train" / "runs" / "2")  # the other launch, first
         return real_mkdir(path, mode, dir_fd=dir_fd)
 
-    monkeypatch.setattr(job_dir.os, "mkdir", racing_mkdir)
+    monkeypatch.setattr(job_dirs.os, "mkdir", racing_mkdir)
     assert run(tmp_path, resume="auto")["run_id"] == 3
 
 
@@ -443,10 +444,9 @@ CHECK = {"name": "gpu_check.py", "content": "print('ok')\n", "mode": "0644"}
 
 
 def test_the_job_files_are_written_into_the_run_with_their_modes_and_not_rewritten_unchanged(tmp_path, jobs):
-    result = run(tmp_path, resume="auto", files=[SCRIPT, CHECK], files_run_id=1)
+    result = run(tmp_path, resume="auto", files=[SCRIPT, CHECK])
     run_dir = jobs / user() / "train" / "runs" / "1"
-    assert (result["run_dir"], result["files_written"], result["files_pending"]) == \
-        (str(run_dir), ["gpu_check.py", "train.sbatch"], False)
+    assert (result["run_dir"], result["files_written"]) == (str(run_dir), ["gpu_check.py", "train.sbatch"])
     assert (run_dir / "train.sbatch").read_text() == SCRIPT["content"]
     assert [(run_dir / name).stat().st_mode & 0o777 for name in ("train.sbatch", "gpu_check.py")] == [0o600, 0o644]
     assert sorted(p.name for p in run_dir.iterdir()) == ["gpu_check.py", "train.sbatch"], "no partial file is left"
@@ -463,7 +463,7 @@ def test_without_resume_the_files_go_into_the_jobs_directory(tmp_path, jobs):
 
 
 def test_a_link_in_place_of_a_job_file_is_replaced_not_followed(tmp_path, jobs):
-    run(tmp_path, resume="auto", files=[CHECK], files_run_id=1)
+    run(tmp_path, resume="auto", files=[CHECK])
     run_dir = jobs / user() / "train" / "runs" / "1"
     target = tmp_path / "elsewhere.sbatch"
     target.write_text("theirs\n")
@@ -475,16 +475,25 @@ def test_a_link_in_place_of_a_job_file_is_replaced_not_followed(tmp_path, jobs):
 
 def test_check_mode_and_a_probe_predict_the_files_and_write_none(tmp_path, jobs):
     predicted = job_dir.run(FakeModule(check_mode=True, jobs_root=str(jobs), job_name="train", resume="auto",
-                                       files=[SCRIPT, CHECK], files_run_id=1))
+                                       files=[SCRIPT, CHECK]))
     assert (predicted["changed"], predicted["files_written"]) == (True, ["gpu_check.py", "train.sbatch"])
     assert list(jobs.iterdir()) == []
-    run(tmp_path, resume="auto", files=[SCRIPT], files_run_id=1)
+    run(tmp_path, resume="auto", files=[SCRIPT])
     probed = run(tmp_path, resume="1", probe=True, files=[SCRIPT, CHECK])
     assert probed["files_written"] == ["gpu_check.py"]
     assert not (jobs / user() / "train" / "runs" / "1" / "gpu_check.py").exists()
 
 
-def test_files_rendered_for_a_run_a_concurrent_launch_took_are_not_written(tmp_path, jobs, monkeypatch):
+# A job script rendered before its run is known: the placeholders of a launch's render.
+RUN_WORD, CODE_WORD = "/run-dir-0123456789abcdef", "/code-dir-0123456789abcdef"
+PLACED = {"name": "train.sbatch", "mode": "0600",
+          "content": f"#SBATCH --output={RUN_WORD}/%x-%j.out\npython {CODE_WORD}/train.py > {RUN_WORD}/.%j.ended\n"}
+WORDS = {"run_dir": RUN_WORD, "code_dir": CODE_WORD}
+
+
+def test_the_placeholders_are_filled_in_for_the_run_a_concurrent_launch_left_over(tmp_path, jobs, monkeypatch):
+    """Another launch takes run 2 between this one's look at the runs and its mkdir: this one's
+    script is written into run 3, naming run 3, in the same module run."""
     ended(jobs, 1, "COMPLETED")
     real_mkdir = os.mkdir
 
@@ -493,10 +502,51 @@ def test_files_rendered_for_a_run_a_concurrent_launch_took_are_not_written(tmp_p
             real_mkdir(jobs / user() / "train" / "runs" / "2")  # the other launch, first
         return real_mkdir(path, mode, dir_fd=dir_fd)
 
-    monkeypatch.setattr(job_dir.os, "mkdir", racing_mkdir)
-    result = run(tmp_path, resume="auto", files=[SCRIPT], files_run_id=2)
-    assert (result["run_id"], result["files_pending"], result["files_written"]) == (3, True, [])
-    assert list((jobs / user() / "train" / "runs" / "3").iterdir()) == []
+    monkeypatch.setattr(job_dirs.os, "mkdir", racing_mkdir)
+    result = run(tmp_path, resume="auto", code_hash="ab12cd34", code_archive=str(pack_tree(tmp_path, {"train.py": "x\n"})),
+                 files=[PLACED], placeholders=WORDS)
+    run_dir = jobs / user() / "train" / "runs" / "3"
+    assert (result["run_id"], result["files_written"]) == (3, ["train.sbatch"])
+    assert (run_dir / "train.sbatch").read_text() == (
+        f"#SBATCH --output={run_dir}/%x-%j.out\npython {result['code_dir']}/train.py > {run_dir}/.%j.ended\n")
+    assert list((jobs / user() / "train" / "runs" / "2").iterdir()) == []
+
+
+def test_check_mode_fills_the_placeholders_of_the_planned_run_and_compares_with_what_is_there(tmp_path, jobs):
+    run(tmp_path, resume="auto", files=[PLACED], placeholders=WORDS)
+    predicted = job_dir.run(FakeModule(check_mode=True, jobs_root=str(jobs), job_name="train", resume="1",
+                                       files=[PLACED], placeholders=WORDS))
+    assert (predicted["run_id"], predicted["files_written"]) == (1, []), "the same script, filled in alike"
+
+
+@pytest.mark.parametrize("words, message", [
+    ({"run_dir": "/short"}, r"placeholders: run_dir='/short' must be a word of 16 characters or more"),
+    ({"run_dir": RUN_WORD, "code_dir": RUN_WORD + "/x"}, r"placeholders: run_dir=.* that no other placeholder contains"),
+    ({"job_dir": RUN_WORD}, r"placeholders: job_dir unknown; give run_dir and code_dir"),
+])
+def test_placeholders_that_could_occur_by_chance_are_refused_before_anything_is_made(tmp_path, jobs, words, message):
+    with pytest.raises(job_dirs.Refused, match=message):
+        run(tmp_path, resume="auto", files=[PLACED], placeholders=words)
+    assert list(jobs.iterdir()) == []
+
+
+def test_missing_code_without_its_archive_stops_before_a_run_is_taken(tmp_path, jobs):
+    """The action plugin sends the archive and runs the module again: the first run must not have
+    taken a run (the second would then resume it as unfinished) nor written a script."""
+    first = run(tmp_path, resume="auto", code_hash="ab12cd34", files=[PLACED], placeholders=WORDS)
+    assert (first["code_present"], first["run_id"], first["files_written"]) == (False, None, [])
+    assert not (jobs / user() / "train" / "runs").exists()
+    second = run(tmp_path, resume="auto", code_hash="ab12cd34", files=[PLACED], placeholders=WORDS,
+                 code_archive=str(pack_tree(tmp_path, {"train.py": "x\n"})))
+    assert (second["code_copied"], second["run_id"], second["resumed"], second["files_written"]) == \
+        (True, 1, False, ["train.sbatch"])
+
+
+def test_a_missing_expected_file_makes_nothing(tmp_path, jobs):
+    result = run(tmp_path, resume="auto", files=[PLACED], placeholders=WORDS,
+                 expect_files=[str(tmp_path / "nccl-gpu.sh")])
+    assert (result["missing_files"], result["changed"], result["made"]) == ([str(tmp_path / "nccl-gpu.sh")], False, [])
+    assert list(jobs.iterdir()) == []
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -505,16 +555,16 @@ def test_files_rendered_for_a_run_a_concurrent_launch_took_are_not_written(tmp_p
     ({**SCRIPT, "mode": "rw"}, r"files: train.sbatch has mode='rw': give an octal string such as 0644"),
 ])
 def test_a_bad_file_name_or_mode_is_refused_before_anything_is_made(tmp_path, jobs, spec, message):
-    with pytest.raises(job_dir.Refused, match=message):
+    with pytest.raises(job_dirs.Refused, match=message):
         run(tmp_path, resume="auto", files=[spec])
     assert list(jobs.iterdir()) == []
 
 
 def test_the_jobs_directory_is_checked_for_room_before_anything_is_made(tmp_path, jobs, monkeypatch):
     assert run(tmp_path, probe=True, min_free_mb=1)["free_mb"] > 0
-    with pytest.raises(job_dir.Refused, match=rf"^{jobs}: {jobs} has \d+ MB free, 10000000000 MB are needed"):
+    with pytest.raises(job_dirs.Refused, match=rf"^{jobs}: {jobs} has \d+ MB free, 10000000000 MB are needed"):
         run(tmp_path, min_free_mb=10**10)
     assert list(jobs.iterdir()) == []
     missing = tmp_path / "not-yet" / "jobs"  # checked at its nearest existing directory, as writable_dir does
-    with pytest.raises(job_dir.Refused, match=rf"^{missing}: {tmp_path} has \d+ MB free"):
+    with pytest.raises(job_dirs.Refused, match=rf"^{missing}: {tmp_path} has \d+ MB free"):
         job_dir.run(FakeModule(jobs_root=str(missing), job_name="train", min_free_mb=10**10))

@@ -25,6 +25,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible.plugins.loader import shell_loader
 
 import job_dir
+import job_dirs
 from conftest import PROJECT_ROOT
 
 PLUGIN = PROJECT_ROOT / "roles" / "slurm_launch" / "action_plugins" / "job_dir.py"
@@ -108,7 +109,7 @@ def test_missing_code_is_sent_once_and_the_task_names_the_staged_script(tmp_path
     result = launch.run()
     assert result.get("failed") is None, result.get("msg")
     digest = result["code"]["hash"]
-    staged = launch.jobs / job_dir.owner_name(os.geteuid()) / "train" / "code" / digest
+    staged = launch.jobs / job_dirs.owner_name(os.geteuid()) / "train" / "code" / digest
     assert len(digest) == 20 and result["script"] == str(staged / "train.py")
     assert (staged / "pkg" / "util.py").read_text() == "X = 1\n" and (staged / "run.sh").stat().st_mode & 0o777 == 0o750
     assert result["code"] == {"hash": digest, "files": 3, "bytes": 28, "skipped": [], "source_dir": str(code),
@@ -116,7 +117,7 @@ def test_missing_code_is_sent_once_and_the_task_names_the_staged_script(tmp_path
     assert result["changed"] and result["code_copied"]
     first, second = launch.asked
     assert first == {"jobs_root": str(launch.jobs), "job_name": "train", "mode": "0750", "code_hash": digest}
-    assert second == {**first, "resume": "", "code_archive": launch.host.sent[0]}  # the copy plans no run
+    assert second == {**first, "code_archive": launch.host.sent[0]}  # the same request again, with the code
     assert list(launch.remote_tmp.iterdir()) == [], "no remote temporary directory is left behind"
 
     again = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"), mode="0750")
@@ -221,7 +222,7 @@ def test_the_default_limit_is_100_mb(tmp_path, monkeypatch):
 def test_a_refusal_of_the_module_is_the_tasks_failure_and_nothing_is_sent(tmp_path, monkeypatch):
     code = code_tree(tmp_path, {"train.py": "a\n"})
     launch = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"))
-    (launch.jobs / job_dir.owner_name(os.geteuid())).symlink_to(tmp_path)
+    (launch.jobs / job_dirs.owner_name(os.geteuid())).symlink_to(tmp_path)
     result = launch.run()
     assert result["failed"] and "is a symbolic link: refusing to write through it" in result["msg"]
     assert launch.host.sent == [] and len(launch.asked) == 1
@@ -231,7 +232,7 @@ def test_a_refusal_of_the_extraction_is_the_tasks_failure(tmp_path, monkeypatch)
     code = code_tree(tmp_path, {"train.py": "a\n"})
     launch = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"))
     put = launch.host.put_file
-    job = launch.jobs / job_dir.owner_name(os.geteuid()) / "train"
+    job = launch.jobs / job_dirs.owner_name(os.geteuid()) / "train"
 
     def put_and_plant(local, remote):
         # While the archive travels, code/ is swapped for a link (another user racing the launch).

@@ -21,12 +21,7 @@ from ansible.plugins.action import ActionBase
 SKIPPED_DIRS = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", "outputs"}
 HASH_DIGITS = 20
 MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "resume", "expect_files", "min_free_mb", "files",
-               "files_run_id")
-# Done by the first call, not again by the copy's.
-FIRST_CALL_ONLY = ("files", "files_run_id", "min_free_mb")
-# What the first call decided and wrote; the copy's call (without resume or files) keeps it.
-RUN_KEYS = ("run_id", "run_dir", "resumed", "resumed_step", "run_reason", "made", "files_written", "files_pending",
-            "free_mb", "missing_files")
+               "placeholders")
 
 
 def git(code_dir, *argv):
@@ -95,20 +90,19 @@ def pack(files, source, archive):
                 tar.addfile(member, handle)
 
 
-class ActionModule(ActionBase):
-    # Not TRANSFERS_FILES: that makes a remote tmp before run(), which _copy's own (made only when
-    # the code is sent, and removed after) replaced as the shell's tmpdir, so it was never removed.
+class CodeToStage:
+    """The code a job runs, as the controller has it: listed (``code_dir``, or ``code_files`` one
+    by one), held to ``max_mb``, hashed. ``args`` are the job_dir module's options; shared with the
+    slurm_job action plugin, whose O(stage) takes the same."""
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        args = self._task.args
+    def __init__(self, args):
         script = os.path.realpath(str(args.get("script", "")))
         max_mb = int(args.get("max_mb", 100))
         if args.get("code_files"):
             files, sources = named_files([str(path) for path in args["code_files"]])
             code_dir, skipped, facts = os.path.dirname(script), [], {"git_commit": "", "git_dirty": False,
                                                                       "source": "files"}
-            source = sources.__getitem__
+            self.source = sources.__getitem__
             relative_script = os.path.basename(script)
         else:
             code_dir = os.path.realpath(str(args.get("code_dir", "")))
@@ -118,7 +112,7 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail(f"the script {script} is not inside code_dir {code_dir}: set -e code_dir= "
                                         "to a directory that holds it")
             files, skipped, facts = list_code(code_dir)
-            source = lambda name: os.path.join(code_dir, name)  # noqa: E731
+            self.source = lambda name: os.path.join(code_dir, name)  # noqa: E731
             relative_script = os.path.relpath(script, code_dir)
         if relative_script not in {name for name, _ in files}:
             raise AnsibleActionFail(f"the script {script} is not among the files staged from {code_dir} "
@@ -131,35 +125,53 @@ class ActionModule(ActionBase):
                 f"slurm_launch_code_max_mb={max_mb} (largest: "
                 + ", ".join(f"{name} {info.st_size / 1048576:.1f} MB" for name, info in biggest)
                 + "); point -e code_dir= at the training code only, add data to .gitignore, or raise the limit")
-        digest = content_hash(files, source)
-        module_args = {key: args[key] for key in MODULE_ARGS if key in args}
-        module_args["code_hash"] = digest
-        answer = self._execute_module("job_dir", module_args=module_args, task_vars=task_vars)
-        if answer.get("failed"):
-            return {**result, **answer}
-        if not (answer["code_present"] or module_args.get("probe") or self._task.check_mode):
-            first = answer
-            # The run is taken once: the second call only extracts the code.
-            copy_args = {key: value for key, value in module_args.items() if key not in FIRST_CALL_ONLY}
-            answer = self._copy(files, source, {**copy_args, "resume": ""}, task_vars)
-            if answer.get("failed"):
-                return {**result, **answer}
-            answer.update({key: first[key] for key in RUN_KEYS}, changed=True)
-        code = {"hash": digest, "files": len(files), "bytes": total, "skipped": skipped,
-                "source_dir": code_dir, "copied": bool(answer.get("code_copied")), **facts}
-        return {**result, **answer, "code": code,
-                "script": os.path.join(answer["code_dir"], relative_script) if answer["code_dir"] else ""}
+        self.files, self.relative_script = files, relative_script
+        self.digest = content_hash(files, self.source)
+        self.summary = {"hash": self.digest, "files": len(files), "bytes": total, "skipped": skipped,
+                        "source_dir": code_dir, **facts}
 
-    def _copy(self, files, source, module_args, task_vars):
+    def needs_sending(self, answer, dry):
+        """Whether the module's answer says the code is missing where it must be (not in a dry run)."""
+        return not (answer.get("failed") or answer.get("code_present") or dry or answer.get("missing_files"))
+
+    def send(self, action, run_with_archive):
+        """Pack the code, put the archive on the host, and return run_with_archive(its path): the
+        module's run that extracts it."""
         with tempfile.TemporaryDirectory(prefix="job-code-") as scratch:
             archive = os.path.join(scratch, "code.tar.gz")
-            pack(files, source, archive)
-            tmp = self._make_tmp_path()
+            pack(self.files, self.source, archive)
+            tmp = action._make_tmp_path()
             try:
-                remote = self._connection._shell.join_path(tmp, "code.tar.gz")
-                self._transfer_file(archive, remote)
-                self._fixup_perms2((tmp, remote))
-                return self._execute_module("job_dir", module_args={**module_args, "code_archive": remote},
-                                            task_vars=task_vars)
+                remote = action._connection._shell.join_path(tmp, "code.tar.gz")
+                action._transfer_file(archive, remote)
+                action._fixup_perms2((tmp, remote))
+                return run_with_archive(remote)
             finally:
-                self._remove_tmp_path(tmp)
+                action._remove_tmp_path(tmp)
+
+    def result(self, staged):
+        """What a task reports of the code: its summary, whether it was copied, and the script's path."""
+        return {"code": {**self.summary, "copied": bool(staged.get("code_copied"))},
+                "script": os.path.join(staged["code_dir"], self.relative_script) if staged.get("code_dir") else ""}
+
+
+class ActionModule(ActionBase):
+    # Not TRANSFERS_FILES: that makes a remote tmp before run(), which send()'s own (made only when
+    # the code is sent, and removed after) replaced as the shell's tmpdir, so it was never removed.
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        code = CodeToStage(args)
+        module_args = {key: args[key] for key in MODULE_ARGS if key in args}
+        module_args["code_hash"] = code.digest
+        answer = self._execute_module("job_dir", module_args=module_args, task_vars=task_vars)
+        if code.needs_sending(answer, bool(module_args.get("probe")) or self._task.check_mode):
+            first = answer
+            answer = code.send(self, lambda archive: self._execute_module(
+                "job_dir", module_args={**module_args, "code_archive": archive}, task_vars=task_vars))
+            if not answer.get("failed"):
+                answer.update(made=first["made"] + answer["made"], changed=True)
+        if answer.get("failed"):
+            return {**result, **answer}
+        return {**result, **answer, **code.result(answer)}

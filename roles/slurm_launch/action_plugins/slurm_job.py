@@ -7,12 +7,14 @@ and prints between runs what changed: the state (with Slurm's reason, the nodes,
 count) and the newest lines of the job's log. Each slice carries on the poll schedule of the
 previous one (``progress_from``), so Slurm is asked no more often than by one long run.
 
-In check mode, ``prediction_script`` (the script's content, rendered on the controller) is what
-Slurm's prediction reads, from a temporary directory on the host.
+With ``stage`` (the job_dir module's options: the job's directory, code and files), the code is
+listed and hashed here, as the job_dir action plugin does it, and sent to the host only when the
+module's first run finds it missing there; the run that then submits gets it as an archive.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 
@@ -22,8 +24,14 @@ from ansible.utils.display import Display
 
 display = Display()
 
+# The code staging of the job_dir action plugin beside this one (its CodeToStage), one rule for both.
+_JOB_DIR_SPEC = importlib.util.spec_from_file_location(
+    "_slurm_job_job_dir_action", os.path.join(os.path.dirname(os.path.abspath(__file__)), "job_dir.py"))
+_job_dir_action = importlib.util.module_from_spec(_JOB_DIR_SPEC)
+_JOB_DIR_SPEC.loader.exec_module(_job_dir_action)
+
 # Arguments that only the submission needs; later slices follow the job by its id.
-SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force")
+SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage")
 
 
 def describe(result):
@@ -61,20 +69,21 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
         args = dict(self._task.args)
-        prediction_script = args.pop("prediction_script", None)
-        if self._task.check_mode and prediction_script is not None:
-            return self.predict(args, prediction_script, task_vars)
+        code = None
+        if args.get("stage"):
+            code = _job_dir_action.CodeToStage(args["stage"])
+            args["stage"] = {key: value for key, value in args["stage"].items() if key in _job_dir_action.MODULE_ARGS}
+            args["stage"]["code_hash"] = code.digest
         every = int(args.pop("progress_every", 30) or 0)
         live = (every > 0 and args.get("state", "present") == "present" and boolean(args.get("wait", True))
                 and not self._task.check_mode)
         if not live:
-            return self._execute_module("slurm_job", module_args=args, task_vars=task_vars)
+            return self.submit(code, args, task_vars)
 
         total = int(args.get("timeout") or 0)
         started = time.monotonic()
-        result = self._execute_module("slurm_job", module_args={**args, "return_on_change": True,
-                                                               "timeout": min(every, total) if total else every},
-                                      task_vars=task_vars)
+        result = self.submit(code, {**args, "return_on_change": True,
+                                    "timeout": min(every, total) if total else every}, task_vars)
         first = result
         self.show(result, None)
         while not result.get("failed") and result.get("final") is False:
@@ -83,7 +92,9 @@ class ActionModule(ActionBase):
                 result["timed_out"] = True
                 break
             follow = {key: value for key, value in args.items() if key not in SUBMIT_ONLY}
+            # The marker's path as the first slice filled it in (stage's placeholders).
             follow.update(job_id=result["job_id"], return_on_change=True, progress_from=result["progress"],
+                          end_marker=first.get("end_marker", args.get("end_marker")),
                           timeout=max(1, int(min(every, left) if left is not None else every)))
             previous, result = result, self._execute_module("slurm_job", module_args=follow, task_vars=task_vars)
             result["queries"] = result.get("queries", 0) + previous.get("queries", 0)
@@ -96,25 +107,29 @@ class ActionModule(ActionBase):
                 if carried:
                     result[key] = carried
             self.show(result, previous)
-        # What the first slice did (submit, or find the same job) is what this task did.
-        for key in ("changed", "submitted", "found_existing"):
+        # What the first slice did (stage, submit, or find the same job) is what this task did.
+        for key in ("changed", "submitted", "found_existing", "staged"):
             result[key] = first.get(key, False)
         return result
 
-    def predict(self, args, content, task_vars):
-        """Check mode writes nothing on the NAS, yet Slurm predicts only from a real script: the
-        script's content goes to a temporary directory on the host for sbatch --test-only, which
-        is removed again."""
-        tmp = self._make_tmp_path()
-        try:
-            script = self._connection._shell.join_path(tmp, os.path.basename(str(args["script"])))
-            self._transfer_data(script, content)
-            self._fixup_perms2((tmp, script))
-            args.pop("progress_every", None)
-            return self._execute_module("slurm_job", module_args={**args, "script": script, "chdir": tmp},
-                                        task_vars=task_vars)
-        finally:
-            self._remove_tmp_path(tmp)
+    def submit(self, code, args, task_vars):
+        """The module's first run; with ``code`` (a CodeToStage) missing on the host, the code is
+        sent and the module run again with it, which then submits."""
+        result = self._execute_module("slurm_job", module_args=args, task_vars=task_vars)
+        staged = result.get("staged")
+        if code is None or staged is None:
+            return result
+        if code.needs_sending(staged, self._task.check_mode) and not result.get("job_id"):
+            first = staged
+            result = code.send(self, lambda archive: self._execute_module(
+                "slurm_job", module_args={**args, "stage": {**args["stage"], "code_archive": archive}},
+                task_vars=task_vars))
+            if result.get("staged"):
+                result["staged"]["made"] = first["made"] + result["staged"]["made"]
+            result["changed"] = True
+        if result.get("staged"):
+            result["staged"].update(code.result(result["staged"]))
+        return result
 
     def show(self, result, previous):
         if result.get("job_id") is None:

@@ -1,8 +1,9 @@
 """A test's stand-in for another launch of the same job name at the same moment.
 
-As the launch's task that makes the run's directory starts (after the probe planned the run),
-it makes that run on the NAS as the other launch would have, finished (run.json COMPLETED), so
-the launch gets the next run, for which its job script was not rendered. PLANT_RUN_DIR names the
+As the launch's task that stages and submits the job starts (its job script already rendered on
+the controller, before any run was picked), it makes run 1 on the NAS as the other launch would
+have, finished (run.json COMPLETED), so the launch gets the next run, whose paths its script must
+name. PLANT_RUN_DIR names the
 run's directory (the NAS's host path), PLANT_RUN_UID its owner.
 """
 
@@ -11,7 +12,7 @@ import os
 
 from ansible.plugins.callback import CallbackBase
 
-TASK = "Make the job's directory, stage the code and write the job script there."
+TASK = "Stage the job on the NAS and submit it, or find the same job already pending or running."
 
 
 class CallbackModule(CallbackBase):

@@ -1,0 +1,442 @@
+"""A user's private job directory on a shared NAS: made refusing what another user planted there,
+the training code staged into it, the launch's run picked and made, the job's files written.
+
+The rules of the job_dir module, shared with slurm_job, which stages a launch's job and submits it
+in one module run (its O(stage) option takes the job_dir module's options, STAGE_SPEC)."""
+
+import errno
+import json
+import os
+import pwd
+import re
+import shutil
+import stat
+import tarfile
+import tempfile
+
+from ansible.module_utils.writable import existing_directory, problem_with
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+HASH_RE = re.compile(r"^[0-9a-f]{8,64}$")
+MODE_RE = re.compile(r"^0?[0-7]{3}$")
+RUN_ID_RE = re.compile(r"^[1-9][0-9]{0,8}$")
+# How a run ended that leaves work to do: its checkpoint is resumed by the next launch.
+# REQUEUE_LIMIT (and FAILED with exit code 75) is templates/train.sbatch.j2's run over its restarts.
+RESUMABLE_STATES = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "REQUEUE_LIMIT")
+REQUEUE_LIMIT_EXIT_CODE = 75
+
+
+class Refused(Exception):
+    """A path the module will not write to, said plainly."""
+
+
+def owner_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def open_own_dir(parent_fd, name, path, uid):
+    """The directory `name` under parent_fd, opened without following a link; it must be uid's."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+    except OSError as error:
+        if error.errno == errno.ENOENT:
+            return None
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            kind = "a symbolic link" if stat.S_ISLNK(os.lstat(name, dir_fd=parent_fd).st_mode) else "not a directory"
+            raise Refused(f"{path} is {kind}: refusing to write through it (another user may have planted it); "
+                          f"remove it, or choose another job name") from None
+        raise Refused(f"cannot open {path}: {error.strerror}") from None
+    owner = os.fstat(fd).st_uid
+    if owner != uid:
+        os.close(fd)
+        raise Refused(f"{path} belongs to {owner_name(owner)}, not to {owner_name(uid)}: refusing to write "
+                      "into a directory another user controls; choose another job name or ask them to remove it")
+    return fd
+
+
+def extract(archive, destination, file_mode):
+    """Regular files and directories only, each inside destination: the archive is ours, but cheap to check."""
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        for member in members:
+            parts = member.name.split("/")
+            if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
+                raise Refused(f"code archive member {member.name!r} is not a plain relative file")
+        for member in members:
+            target = os.path.join(destination, member.name)
+            if member.isdir():
+                os.makedirs(target, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            source = tar.extractfile(member)
+            mode = file_mode if member.mode & stat.S_IXUSR else file_mode & 0o666
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(source, out)
+            os.chmod(target, mode)
+    # Directories get the mode exactly, as the job's own do (makedirs' is narrowed by the umask);
+    # fwalk opens each one without following a link.
+    for _, _, _, fd in os.fwalk(destination):
+        os.fchmod(fd, file_mode)
+
+
+def read_json_at(dir_fd, name):
+    """A JSON object from the file `name` under dir_fd (not through a link), or None."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd) as handle:
+        try:
+            data = json.load(handle)
+        except ValueError:
+            return None
+    return data if isinstance(data, dict) else None
+
+
+def open_dir_at(dir_fd, name):
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
+def list_runs(runs_fd):
+    """{run id: {"record": run.json or None, "step": the checkpoint's step or None}}."""
+    runs = {}
+    for name in os.listdir(runs_fd):
+        fd = open_dir_at(runs_fd, name) if RUN_ID_RE.match(name) else None
+        if fd is None:
+            continue
+        try:
+            checkpoints = open_dir_at(fd, "checkpoints")
+            step = None
+            if checkpoints is not None:
+                step = (read_json_at(checkpoints, "checkpoint.json") or {}).get("step")
+                os.close(checkpoints)
+            runs[int(name)] = {"record": read_json_at(fd, "run.json"),
+                               "step": step if isinstance(step, int) and not isinstance(step, bool) else None}
+        finally:
+            os.close(fd)
+    return runs
+
+
+def end_state(record):
+    """The run's final state as its record says it: Slurm's word (CANCELLED by 0 -> CANCELLED)."""
+    words = str(record.get("state") or "").split()
+    state = words[0] if words else "UNKNOWN"
+    if state == "FAILED" and record.get("exit_code") == REQUEUE_LIMIT_EXIT_CODE:
+        return "REQUEUE_LIMIT"
+    return state
+
+
+def plan_run(runs, resume):
+    """(run id, resumed, why) for a launch, from the job's runs (list_runs) and the resume setting."""
+    if resume not in ("auto", "never") and not RUN_ID_RE.match(resume):
+        raise Refused(f"resume={resume!r} is not allowed: give auto (resume an unfinished run), never "
+                      "(always a fresh run) or a run id such as 2")
+    newest = max(runs, default=0)
+    if resume == "never":
+        return newest + 1, False, "resume=never"
+    if resume != "auto":
+        if int(resume) not in runs:
+            have = ", ".join(str(run) for run in sorted(runs)) or "none yet"
+            raise Refused(f"resume={resume}: this job has no run {resume} (its runs: {have})")
+        return int(resume), True, f"resume={resume}"
+    if not newest:
+        return 1, False, "the job's first run"
+    record = runs[newest]["record"]
+    if record is None:
+        return newest, True, f"run {newest} has recorded no end (still pending or running, or ended without a word)"
+    state = end_state(record)
+    if state in RESUMABLE_STATES:
+        return newest, True, f"run {newest} ended {state}"
+    return newest + 1, False, f"run {newest} ended {state}"
+
+
+def take_run(resume, job_fd, job_dir, uid, mode, dry, result):
+    """Pick the launch's run (plan_run) and, unless dry, make its directory; fills result."""
+    runs_path = os.path.join(job_dir, "runs")
+    runs_fd = open_own_dir(job_fd, "runs", runs_path, uid) if job_fd is not None else None
+    if runs_fd is None and not dry:
+        os.mkdir("runs", mode, dir_fd=job_fd)
+        result.update(changed=True, made=result["made"] + [runs_path])
+        runs_fd = open_own_dir(job_fd, "runs", runs_path, uid)
+    try:
+        runs = list_runs(runs_fd) if runs_fd is not None else {}
+        run_id, resumed, why = plan_run(runs, resume)
+        if not resumed and not dry:
+            while True:  # O_EXCL: a launch at the same moment takes the next id
+                try:
+                    os.mkdir(str(run_id), mode, dir_fd=runs_fd)
+                    break
+                except FileExistsError:
+                    run_id += 1
+            result["changed"] = True
+        if not resumed:
+            result["made"] = result["made"] + [os.path.join(runs_path, str(run_id))]
+        elif not dry:
+            os.close(open_own_dir(runs_fd, str(run_id), os.path.join(runs_path, str(run_id)), uid))
+    finally:
+        if runs_fd is not None:
+            os.close(runs_fd)
+    result.update(run_id=run_id, run_dir=os.path.join(runs_path, str(run_id)), resumed=resumed,
+                  resumed_step=runs[run_id]["step"] if resumed else None, run_reason=why)
+
+
+def missing_files(paths):
+    """The paths that are not regular files this user can read (a link to one counts: the job follows it)."""
+    return [path for path in paths if not (os.path.isfile(path) and os.access(path, os.R_OK))]
+
+
+def check_files(files):
+    """The files to write, as {name: (text, mode)}; a bad name or mode is refused before anything is made."""
+    checked = {}
+    for spec in files:
+        name = spec["name"]
+        if not NAME_RE.match(name) or name in checked:
+            raise Refused(f"files: {name!r} is not a file name of one path component (letters, digits, '_', '.', '-') "
+                          "given once")
+        if not MODE_RE.match(spec["mode"]):
+            raise Refused(f"files: {name} has mode={spec['mode']!r}: give an octal string such as 0644")
+        checked[name] = (spec["content"], int(spec["mode"], 8))
+    return checked
+
+
+def check_placeholders(placeholders):
+    """{what: word} for the placeholders given; a word short enough to occur by chance, or one
+    inside another, is refused."""
+    given = {key: word for key, word in (placeholders or {}).items() if word}
+    unknown = sorted(set(given) - set(PLACEHOLDER_PATHS))
+    if unknown:
+        raise Refused(f"placeholders: {', '.join(unknown)} unknown; give {' and '.join(PLACEHOLDER_PATHS)}")
+    for key, word in given.items():
+        if len(word) < PLACEHOLDER_MIN_LENGTH or any(word in other for other in given.values() if other is not word):
+            raise Refused(f"placeholders: {key}={word!r} must be a word of {PLACEHOLDER_MIN_LENGTH} characters or more "
+                          "that no other placeholder contains")
+    return given
+
+
+def fill_placeholders(text, placeholders, staged):
+    """``text`` with each placeholder word replaced by the path it stands for in ``staged`` (a
+    stage() result): the paths that only the NAS knows until the run is taken."""
+    for key, word in placeholders.items():
+        text = text.replace(word, PLACEHOLDER_PATHS[key](staged))
+    return text
+
+
+def same_file(dir_fd, name, data, mode):
+    """Whether `name` under dir_fd is already a regular file (not a link) of that content and mode."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != mode or info.st_size != len(data):
+            return False
+        return handle.read() == data
+
+
+def write_files(dir_fd, files, dry):
+    """Write the files that differ into dir_fd, each through a temporary file renamed into place;
+    returns their names (those that would be written, if dry)."""
+    written = []
+    for name, (data, mode) in sorted(files.items()):
+        if same_file(dir_fd, name, data, mode):
+            continue
+        written.append(name)
+        if dry:
+            continue
+        partial = f".{name}.partial-{os.urandom(4).hex()}"
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                os.fchmod(out.fileno(), mode)  # the umask narrowed O_CREAT's mode
+            # A link in its place is replaced, never followed.
+            os.rename(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(partial, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+    return written
+
+
+def write_job_files(params, files, placeholders, job_fd, uid, dry, result):
+    """The job's files into the run's directory (the job's without resume), their placeholders
+    filled in for the run taken; fills result."""
+    if not files:
+        return
+    files = {name: (fill_placeholders(text, placeholders, result).encode(), mode) for name, (text, mode) in files.items()}
+    if job_fd is None:  # dry, and the job's directory is not made yet
+        result["files_written"] = sorted(files)
+        return
+    target_fd, opened = job_fd, []
+    try:
+        if params["resume"]:
+            runs_path = os.path.join(result["job_dir"], "runs")
+            runs_fd = open_own_dir(job_fd, "runs", runs_path, uid)
+            if runs_fd is not None:
+                opened.append(runs_fd)
+                target_fd = open_own_dir(runs_fd, str(result["run_id"]), result["run_dir"], uid)
+                if target_fd is not None:
+                    opened.append(target_fd)
+            if runs_fd is None or target_fd is None:  # dry, and the run is not made yet
+                result["files_written"] = sorted(files)
+                return
+        result["files_written"] = write_files(target_fd, files, dry)
+        if result["files_written"]:
+            result["changed"] = True
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def stage(params, check_mode):
+    """Make the user's job directory, stage the code, take the run and write the job's files, in
+    that order, as STAGE_SPEC's ``params`` say; returns the result the job_dir module documents.
+
+    Nothing is made while a file of O(expect_files) is missing; nothing past the code's directory
+    while the code is missing and no archive of it came (the caller sends it and runs this again)."""
+    uid = os.geteuid()
+    user = owner_name(uid)
+    if not NAME_RE.match(user):
+        raise Refused(f"user name {user!r} cannot be a path component")
+    if not NAME_RE.match(params["job_name"]):
+        raise Refused(f"job_name={params['job_name']!r}: use letters, digits, '_', '.' and '-'")
+    if not MODE_RE.match(params["mode"]):
+        raise Refused(f"mode={params['mode']!r}: give an octal mode such as 0700 or 0750")
+    mode = int(params["mode"], 8)
+    if mode & 0o700 != 0o700 or mode & 0o002:
+        raise Refused(f"mode={params['mode']}: the owner needs rwx and others may not write (e.g. 0700, 0750, 0770)")
+    code_hash = params["code_hash"] or ""
+    if code_hash and not HASH_RE.match(code_hash):
+        raise Refused(f"code_hash={code_hash!r} is not a hex digest")
+    dry = params["probe"] or check_mode
+    files = check_files(params["files"])
+    placeholders = check_placeholders(params["placeholders"])
+    root = params["jobs_root"]
+    job_dir = os.path.join(root, user, params["job_name"])
+    code_dir = os.path.join(job_dir, "code", code_hash) if code_hash else ""
+    result = dict(changed=False, user=user, job_dir=job_dir, code_dir=code_dir, code_present=False,
+                  code_copied=False, made=[], run_id=None, run_dir="", resumed=False, resumed_step=None,
+                  run_reason="", missing_files=missing_files(params["expect_files"]), files_written=[],
+                  free_mb=None)
+    if result["missing_files"] and not dry:
+        return result  # the job would not find them: nothing is made for it
+    if params["min_free_mb"] is not None:
+        problem, result["free_mb"] = problem_with(existing_directory(os.path.normpath(root)), params["min_free_mb"],
+                                                  try_write=not check_mode)
+        if problem:
+            raise Refused(f"{root}: {problem}")
+    try:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as error:
+        raise Refused(f"jobs directory {root}: {error.strerror} (provision.yml makes it)") from None
+
+    fds = [root_fd]
+    try:
+        path = root
+        for name in (user, params["job_name"], "code"):
+            path = os.path.join(path, name)
+            fd = open_own_dir(fds[-1], name, path, uid)
+            if fd is None:
+                result["made"].append(path)
+                result["changed"] = True
+                if dry:
+                    job_fd = fds[2] if len(fds) > 2 else None
+                    if params["resume"]:  # no runs yet: the first
+                        take_run(params["resume"], job_fd, job_dir, uid, mode, dry, result)
+                    write_job_files(params, files, placeholders, job_fd, uid, dry, result)
+                    return result  # nothing below a missing directory exists yet
+                os.mkdir(name, mode, dir_fd=fds[-1])
+                fd = open_own_dir(fds[-1], name, path, uid)
+            fds.append(fd)
+            if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+                result["changed"] = True
+                if not dry:
+                    os.fchmod(fd, mode)
+        if code_hash and not stage_code(params, fds[-1], path, code_dir, uid, mode, dry, result):
+            return result  # the code first: the caller sends it, and this runs again
+        if params["resume"]:
+            take_run(params["resume"], fds[2], job_dir, uid, mode, dry, result)
+        write_job_files(params, files, placeholders, fds[2], uid, dry, result)
+        return result
+    finally:
+        for fd in fds:
+            os.close(fd)
+        if params["code_archive"] and not dry:
+            try:
+                os.unlink(params["code_archive"])
+            except OSError:
+                pass
+
+
+def stage_code(params, code_fd, code_root, code_dir, uid, mode, dry, result):
+    """Whether the code of params' hash is in place (or, dry, may be planned around): there
+    already, or extracted from O(code_archive) into a temporary directory and renamed into place."""
+    code_hash = params["code_hash"]
+    existing = open_own_dir(code_fd, code_hash, code_dir, uid)
+    if existing is not None:
+        os.close(existing)
+        result["code_present"] = True
+        return True
+    if dry:
+        return True
+    if not params["code_archive"]:
+        return False
+    partial = tempfile.mkdtemp(prefix=f".{code_hash}.partial-", dir=code_root)
+    try:
+        os.chmod(partial, mode)
+        extract(params["code_archive"], partial, mode & 0o777)
+        try:
+            os.rename(partial, code_dir)
+        except OSError as error:
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            # Another launch of the same code got there first: its copy is the same.
+            shutil.rmtree(partial)
+            check = open_own_dir(code_fd, code_hash, code_dir, uid)
+            os.close(check)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    result.update(changed=True, code_copied=True)
+    return True
+
+
+# What each placeholder of a job's files stands for, once the run is taken.
+PLACEHOLDER_PATHS = {
+    "run_dir": lambda staged: staged["run_dir"] or staged["job_dir"],  # where the files go
+    "code_dir": lambda staged: staged["code_dir"],
+}
+PLACEHOLDER_MIN_LENGTH = 16
+
+# The job_dir module's options; slurm_job's O(stage) takes the same.
+STAGE_SPEC = dict(
+    jobs_root=dict(type="path", required=True),
+    job_name=dict(type="str", required=True),
+    mode=dict(type="str", default="0700"),
+    code_hash=dict(type="str"),
+    code_archive=dict(type="path"),
+    probe=dict(type="bool", default=False),
+    resume=dict(type="str", default=""),
+    expect_files=dict(type="list", elements="path", default=[]),
+    min_free_mb=dict(type="int"),
+    files=dict(type="list", elements="dict", default=[], options=dict(
+        name=dict(type="str", required=True),
+        content=dict(type="str", required=True, no_log=True),
+        mode=dict(type="str", default="0644"))),
+    placeholders=dict(type="dict", default={}),
+    # Read by the action plugin on the controller.
+    code_dir=dict(type="path"),
+    script=dict(type="path"),
+    code_files=dict(type="list", elements="path"),
+    max_mb=dict(type="int", default=100),
+)
