@@ -37,6 +37,29 @@ def rpc_delta(before, after, minus=None):
     return dict(sorted(delta.items(), key=lambda item: (-item[1], item[0])))
 
 
+# What slurmctld gets from a job itself (srun, the batch script, the nodes' slurmd) and from its
+# sbatch: paid alike by every launcher, so the issue's following goal leaves them out.
+JOB_OWN_RPCS = frozenset({
+    "REQUEST_JOB_STEP_CREATE", "REQUEST_STEP_COMPLETE", "REQUEST_COMPLETE_BATCH_SCRIPT", "REQUEST_HET_JOB_ALLOC_INFO",
+    "REQUEST_JOB_ALLOC_INFO", "MESSAGE_EPILOG_COMPLETE", "REQUEST_COMPLETE_PROLOG", "REQUEST_JOB_READY",
+})
+SBATCH_RPCS = frozenset({"REQUEST_SUBMIT_BATCH_JOB"})
+
+
+def split_rpcs(counts):
+    """slurmctld's {type: count} split into the job's own, sbatch's and the follower's own (the rest)."""
+    parts = {"job": 0, "sbatch": 0, "own": 0}
+    for kind, count in (counts or {}).items():
+        parts["job" if kind in JOB_OWN_RPCS else "sbatch" if kind in SBATCH_RPCS else "own"] += count
+    return parts
+
+
+def dbd_queries(counts):
+    """How many of slurmdbd's RPCs were a client's questions (sacct, sacctmgr: DBD_GET_*), not the
+    job records slurmctld sends."""
+    return sum(count for kind, count in (counts or {}).items() if kind.startswith("DBD_GET_"))
+
+
 def summary(samples):
     """Median, min and max of a list of numbers (None where there are none)."""
     values = [value for value in samples if value is not None]

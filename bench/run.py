@@ -388,8 +388,9 @@ def bench_submission(cluster, reps):
     floor = row("1 submission", "Ansible floor (one-task playbook running that sbatch)", times["floor"], "s")
     launch = row("1 submission", "launch.yml -e wait=false", times["launch"], "s")
     launch["ratios"] = [against(launch, floor, "floor"), against(launch, sbatch, "sbatch")]
-    met = None if launch["ratios"][0]["ratio"] is None else launch["ratios"][0]["ratio"] <= 1.25
-    launch["goal"] = verdict(met, "<= 1.25x floor")
+    ratio_value = launch["ratios"][0]["ratio"]
+    launch["goal"] = verdict(None if ratio_value is None else ratio_value <= 1.5, "<= 1.5x floor") + (
+        "" if ratio_value is None else f"; stretch 1.25x: {'met' if ratio_value <= 1.25 else 'missed'}")
     details = {"launch_profile": profile(launches), "floor_profile": profile(floors),
                "module_floor": module_floor()}
     return [sbatch, floor, launch], details
@@ -507,8 +508,9 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
     hand_line = row(figure2, "hand sbatch + 1 s squeue loop: after the training's last line", samples["hand_line"], "s")
     launch_line = row(figure2, "launch.yml: after the training's last line", samples["launch_line"], "s")
     launch_line["ratios"] = [against(launch_line, hand_line, "hand")]
-    launch_line["goal"] = verdict(None if launch_line["median"] is None else launch_line["median"] <= 0.5,
-                                  "<= 0.5 s")
+    answer = launch_line["median"]
+    launch_line["goal"] = verdict(None if answer is None else answer <= 0.5, "<= 0.5 s") + (
+        "" if answer is None else f"; stretch 0.25 s: {'met' if answer <= 0.25 else 'missed'}")
     hand_marker = row(figure2, "hand: after the job script's end marker", samples["hand_marker"], "s")
     launch_marker = row(figure2, "launch.yml: after the job script's end marker", samples["launch_marker"], "s")
     launch_marker["ratios"] = [against(launch_marker, hand_marker, "hand")]
@@ -519,7 +521,8 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
     hand_wall = row(figure2, "hand wall time, sbatch to answer", samples["hand_job_s"], "s")
     wall["ratios"] = [against(wall, hand_wall, "hand")]
 
-    share = 0.25 if kind == "short" else 0.05
+    # The goal: the follower's own slurmctld RPCs (the job's own and sbatch's left out).
+    share = 0.25 if kind == "short" else 0.03
     hand_ctld = row(figure3, "hand loop: slurmctld RPCs", samples["hand_ctld"], "")
     launch_ctld = row(figure3, "launch.yml: slurmctld RPCs", samples["launch_ctld"], "")
     launch_ctld["ratios"] = [against(launch_ctld, hand_ctld, "hand")]
@@ -535,9 +538,18 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
     launch_total = row(figure3, "launch.yml: slurmctld + slurmdbd RPCs", totals_launch, "")
     launch_total["ratios"] = [against(launch_total, hand_total, "hand")]
     ratio_value = launch_total["ratios"][0]["ratio"]
-    launch_total["goal"] = verdict(None if ratio_value is None else ratio_value <= share,
-                                   f"<= 1/{round(1 / share)} of hand")
     rows += [hand_total, launch_total]
+    own = {side: [benchlib.split_rpcs(b[side]["slurmctld"])["own"] for b in rpc_breakdown] for side in ("launch", "hand")}
+    hand_own = row(figure3, "hand loop: its own slurmctld RPCs (the job's and sbatch's left out)", own["hand"], "")
+    launch_own = row(figure3, "launch.yml: its own slurmctld RPCs (the job's and sbatch's left out)", own["launch"], "")
+    launch_own["ratios"] = [against(launch_own, hand_own, "hand")]
+    own_ratio = launch_own["ratios"][0]["ratio"]
+    launch_own["goal"] = verdict(None if own_ratio is None else own_ratio <= share, f"<= {share}x hand")
+    rows += [hand_own, launch_own]
+    if cluster.has_dbd:
+        queries = [benchlib.dbd_queries(b["launch"]["slurmdbd"]) for b in rpc_breakdown]
+        rows.append(row(figure3, "launch.yml: slurmdbd queries (DBD_GET_*; slurmctld knew the job throughout)",
+                        queries, "", goal=verdict(max(queries, default=0) == 0, "none")))
     by_type = {side: {daemon: {kind: benchlib.summary([(b[side][daemon] or {}).get(kind, 0) for b in rpc_breakdown])["median"]
                                for kind in sorted({k for b in rpc_breakdown for k in (b[side][daemon] or {})})}
                       for daemon in ("slurmctld", "slurmdbd")} for side in ("launch", "hand")}
@@ -895,6 +907,8 @@ def bench_render(reps):
                 base = result
             else:
                 result["ratios"] = [against(result, base, "2 nodes")]
+                grown = result["ratios"][0]["ratio"]
+                result["goal"] = verdict(None if grown is None else grown <= 1.1, "<= 1.1x 2 nodes")
             rows.append(result)
             runs_by[label] = profile(runs)
     details["profiles"] = runs_by

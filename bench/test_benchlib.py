@@ -100,3 +100,15 @@ def test_sacct_state_reads_the_first_record():
     assert benchlib.sacct_state("COMPLETED|0:0\n") == ("COMPLETED", "0:0")
     assert benchlib.sacct_state("CANCELLED by 2001|0:15\nCOMPLETED|0:0\n") == ("CANCELLED by 2001", "0:15")
     assert benchlib.sacct_state("\n") == (None, None)
+
+
+def test_split_rpcs_leaves_the_jobs_own_and_sbatchs_out_of_the_followers():
+    counts = {"REQUEST_JOB_STEP_CREATE": 1, "REQUEST_STEP_COMPLETE": 2, "REQUEST_COMPLETE_BATCH_SCRIPT": 1,
+              "REQUEST_SUBMIT_BATCH_JOB": 1, "REQUEST_FED_INFO": 3, "REQUEST_JOB_INFO_SINGLE": 3, "REQUEST_NODE_INFO": 1}
+    assert benchlib.split_rpcs(counts) == {"job": 4, "sbatch": 1, "own": 7}
+    assert benchlib.split_rpcs(None) == {"job": 0, "sbatch": 0, "own": 0}
+
+
+def test_dbd_queries_counts_a_clients_questions_only():
+    assert benchlib.dbd_queries({"DBD_GET_JOBS_COND": 2, "DBD_JOB_START": 1, "DBD_SEND_MULT_MSG": 3, "DBD_GET_USERS": 1}) == 3
+    assert benchlib.dbd_queries(None) == 0

@@ -51,6 +51,12 @@ options:
       - A tar archive of regular files and directories to extract into C(code/<code_hash>) when it
         is missing. Removed afterwards.
     type: path
+  code_archive_inline:
+    description:
+      - The same archive as O(code_archive), base64-encoded and sent with the module's arguments,
+        so that small code needs no transfer and no second module run. Extracted only when the
+        code is missing; ignored when O(code_archive) is given.
+    type: str
   resume:
     description:
       - Which run the launch is. V(auto) resumes the newest run when it ended by its time limit,

@@ -4,7 +4,10 @@ the training code staged into it, the launch's run picked and made, the job's fi
 The rules of the job_dir module, shared with slurm_job, which stages a launch's job and submits it
 in one module run (its O(stage) option takes the job_dir module's options, STAGE_SPEC)."""
 
+import base64
+import binascii
 import errno
+import io
 import json
 import os
 import pwd
@@ -58,8 +61,10 @@ def open_own_dir(parent_fd, name, path, uid):
 
 
 def extract(archive, destination, file_mode):
-    """Regular files and directories only, each inside destination: the archive is ours, but cheap to check."""
-    with tarfile.open(archive) as tar:
+    """Regular files and directories only, each inside destination: the archive is ours, but cheap to check.
+    ``archive`` is a path, or the archive's bytes (O(code_archive_inline))."""
+    opened = tarfile.open(fileobj=io.BytesIO(archive)) if isinstance(archive, bytes) else tarfile.open(archive)
+    with opened as tar:
         members = tar.getmembers()
         for member in members:
             parts = member.name.split("/")
@@ -389,12 +394,18 @@ def stage_code(params, code_fd, code_root, code_dir, uid, mode, dry, result):
         return True
     if dry:
         return True
-    if not params["code_archive"]:
+    archive = params["code_archive"]
+    if not archive and params["code_archive_inline"]:
+        try:
+            archive = base64.b64decode(params["code_archive_inline"], validate=True)
+        except binascii.Error:
+            raise Refused("code_archive_inline is not base64 text") from None
+    if not archive:
         return False
     partial = tempfile.mkdtemp(prefix=f".{code_hash}.partial-", dir=code_root)
     try:
         os.chmod(partial, mode)
-        extract(params["code_archive"], partial, mode & 0o777)
+        extract(archive, partial, mode & 0o777)
         try:
             os.rename(partial, code_dir)
         except OSError as error:
@@ -425,6 +436,7 @@ STAGE_SPEC = dict(
     mode=dict(type="str", default="0700"),
     code_hash=dict(type="str"),
     code_archive=dict(type="path"),
+    code_archive_inline=dict(type="str", no_log=True),
     probe=dict(type="bool", default=False),
     resume=dict(type="str", default=""),
     expect_files=dict(type="list", elements="path", default=[]),

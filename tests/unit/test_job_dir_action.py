@@ -6,6 +6,7 @@ making and removal, as Ansible's sh shell plugin writes them) run here with /bin
 on it is copied, and the module is the real library/job_dir.py run in-process as
 AnsibleModule runs it there."""
 
+import base64
 import importlib.util
 import io
 import json
@@ -102,9 +103,35 @@ def code_tree(tmp_path, files, executable=()):
     return code
 
 
+def test_small_code_goes_with_the_first_run_and_needs_no_transfer(tmp_path, monkeypatch):
+    code = code_tree(tmp_path, {"train.py": "print('hi')\n", "pkg/util.py": "X = 1\n"})
+    launch = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"))
+    result = launch.run()
+    assert result.get("failed") is None, result.get("msg")
+    staged = launch.jobs / job_dirs.owner_name(os.geteuid()) / "train" / "code" / result["code"]["hash"]
+    assert (staged / "pkg" / "util.py").read_text() == "X = 1\n" and result["code"]["copied"]
+    assert launch.host.sent == [] and len(launch.asked) == 1, "one module run, no file transfer"
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(launch.asked[0]["code_archive_inline"]))) as tar:
+        assert sorted(tar.getnames()) == ["pkg/util.py", "train.py"]
+    again = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"))
+    result = again.run()
+    assert (result["changed"], result["code_present"], result["code"]["copied"]) == (False, True, False)
+    assert again.host.sent == [] and len(again.asked) == 1
+
+
+def test_code_over_the_inline_limit_is_sent_as_a_file_only_when_missing(tmp_path, monkeypatch):
+    code = code_tree(tmp_path, {"train.py": "a\n", "weights.bin": os.urandom(2048)})
+    monkeypatch.setattr(action, "INLINE_MAX_BYTES", 1024)
+    launch = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"))
+    result = launch.run()
+    assert result.get("failed") is None and result["code"]["copied"]
+    assert launch.asked[0]["code_archive_inline"] is None and len(launch.host.sent) == 1 and len(launch.asked) == 2
+
+
 def test_missing_code_is_sent_once_and_the_task_names_the_staged_script(tmp_path, monkeypatch):
     code = code_tree(tmp_path, {"train.py": "print('hi')\n", "run.sh": "#!/bin/sh\n", "pkg/util.py": "X = 1\n"},
                      executable={"run.sh"})
+    monkeypatch.setattr(action, "INLINE_MAX_BYTES", 0)  # the path of code too large to go inline
     launch = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"), mode="0750")
     result = launch.run()
     assert result.get("failed") is None, result.get("msg")
@@ -116,7 +143,9 @@ def test_missing_code_is_sent_once_and_the_task_names_the_staged_script(tmp_path
                               "copied": True, "git_commit": "", "git_dirty": False, "source": "directory"}
     assert result["changed"] and result["code_copied"]
     first, second = launch.asked
-    assert first == {"jobs_root": str(launch.jobs), "job_name": "train", "mode": "0750", "code_hash": digest}
+    assert first == {"jobs_root": str(launch.jobs), "job_name": "train", "mode": "0750", "code_hash": digest,
+                     "code_archive_inline": None}
+    first.pop("code_archive_inline")
     assert second == {**first, "code_archive": launch.host.sent[0]}  # the same request again, with the code
     assert list(launch.remote_tmp.iterdir()) == [], "no remote temporary directory is left behind"
 
@@ -230,6 +259,7 @@ def test_a_refusal_of_the_module_is_the_tasks_failure_and_nothing_is_sent(tmp_pa
 
 def test_a_refusal_of_the_extraction_is_the_tasks_failure(tmp_path, monkeypatch):
     code = code_tree(tmp_path, {"train.py": "a\n"})
+    monkeypatch.setattr(action, "INLINE_MAX_BYTES", 0)  # the file transfer is where the plant happens
     launch = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"))
     put = launch.host.put_file
     job = launch.jobs / job_dirs.owner_name(os.geteuid()) / "train"

@@ -1089,3 +1089,74 @@ def test_a_job_completing_after_its_marker_is_looked_at_quickly_in_the_next_slic
     assert second["state"] == "COMPLETED"
     # Quick looks go on from the marker's change, not the 60 s of a running job.
     assert clock.now - started <= 2 * slurm_job.MARKER_CHECK_INTERVAL + 1e-6
+
+
+# stage: the job's directory made, its run taken and its script written, then submitted, in one run.
+RUN_WORD, CODE_WORD = "/run-dir-0123456789abcdef", "/code-dir-0123456789abcdef"
+STAGED_SCRIPT = f"#!/bin/bash\n#SBATCH --output={RUN_WORD}/%x-%j.out\nsrun python {CODE_WORD}/train.py\n"
+
+
+def staged_request(tmp_path, **stage):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir(mode=0o1777, exist_ok=True)
+    return {"script": f"{RUN_WORD}/train-ddp.sbatch", "job_name": "train-ddp", "chdir": RUN_WORD,
+            "end_marker": f"{RUN_WORD}/.%j.ended", "wait": False,
+            "stage": {"jobs_root": str(jobs), "job_name": "train-ddp", "resume": "auto",
+                      "files": [{"name": "train-ddp.sbatch", "content": STAGED_SCRIPT, "mode": "0600"}],
+                      "placeholders": {"run_dir": RUN_WORD, "code_dir": CODE_WORD}, **stage}}
+
+
+def test_stage_writes_the_script_for_the_run_taken_and_submits_it_in_the_same_run(slurm_cli, clock, tmp_path,
+                                                                                   job_output):
+    run_dir = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp" / "runs" / "1"
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+
+    outcome = run_module(staged_request(tmp_path))
+
+    assert outcome.failed is False, outcome.result.get("msg")
+    script = run_dir / "train-ddp.sbatch"
+    # Without a code_hash there is no code directory: its placeholder stands for nothing.
+    assert script.read_text() == STAGED_SCRIPT.replace(RUN_WORD, str(run_dir)).replace(CODE_WORD, "")
+    assert slurm_cli.argvs[1][-1] == str(script) and slurm_cli.calls[1]["cwd"] == str(run_dir)
+    assert slurm_cli.argvs[1][3] == "--comment=fingerprint:" + slurm_job.job_fingerprint("train-ddp", script.read_bytes())
+    result = outcome.result
+    assert (result["submitted"], result["changed"], result["job_id"]) == (True, True, 1234)
+    assert (result["staged"]["run_id"], result["staged"]["files_written"]) == (1, ["train-ddp.sbatch"])
+    assert result["end_marker"] == f"{run_dir}/.%j.ended"
+
+
+def test_stage_submits_nothing_while_the_expected_file_or_the_code_is_missing(slurm_cli, clock, tmp_path):
+    missing = run_module(staged_request(tmp_path, expect_files=[str(tmp_path / "nccl-gpu.sh")]))
+    assert (missing.failed, missing.result["submitted"], missing.result["job_id"]) == (False, False, None)
+    assert missing.result["staged"]["missing_files"] == [str(tmp_path / "nccl-gpu.sh")]
+    assert list((tmp_path / "jobs").iterdir()) == [], "nothing is made for a job that would not start"
+
+    no_code = run_module(staged_request(tmp_path, code_hash="ab12cd34"))
+    assert (no_code.failed, no_code.result["job_id"], no_code.result["staged"]["code_present"]) == (False, None, False)
+    assert no_code.result["staged"]["run_id"] is None, "no run is taken before the code is there"
+    assert slurm_cli.calls == []
+
+
+def test_stage_in_check_mode_writes_nothing_and_slurm_predicts_from_the_filled_script(slurm_cli, clock, tmp_path,
+                                                                                      slurm_output):
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch", "--test-only"], err=slurm_output("sbatch_test_only.stderr"))
+    seen = {}
+    real = slurm_cli.run_command
+
+    def reading(args, **kwargs):
+        if "--test-only" in args:
+            seen["script"] = open(args[-1], encoding="utf-8").read()
+            seen["cwd"] = kwargs["cwd"]
+        return real(args, **kwargs)
+    slurm_cli.run_command = reading
+
+    outcome = run_module(staged_request(tmp_path), check_mode=True)
+
+    assert outcome.failed is False, outcome.result.get("msg")
+    run_dir = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp" / "runs" / "1"
+    assert seen["script"] == STAGED_SCRIPT.replace(RUN_WORD, str(run_dir)).replace(CODE_WORD, "")
+    assert not os.path.exists(seen["cwd"]), "the prediction's scratch directory is removed"
+    assert list((tmp_path / "jobs").iterdir()) == [] and outcome.result["test_only"]["job_id"] == 20

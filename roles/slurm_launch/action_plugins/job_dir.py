@@ -7,7 +7,9 @@ the module on the submit host whether ``<job dir>/code/<hash>/`` is there. Only 
 the module again to extract it into place. Unchanged code is never copied twice.
 """
 
+import base64
 import hashlib
+import io
 import os
 import stat
 import subprocess
@@ -20,6 +22,10 @@ from ansible.plugins.action import ActionBase
 # Never part of the code a job runs, and often large.
 SKIPPED_DIRS = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", "outputs"}
 HASH_DIGITS = 20
+# Code up to this size (its archive) goes with the module's first run, base64 in its arguments:
+# no transfer and no second run when it is missing (a new job name, changed code). Larger code is
+# sent as a file, and only when the module finds it missing.
+INLINE_MAX_BYTES = 256 * 1024
 MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "resume", "expect_files", "min_free_mb", "files",
                "placeholders")
 
@@ -80,7 +86,10 @@ def content_hash(files, source):
 
 
 def pack(files, source, archive):
-    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+    """A gzipped tar of the files into ``archive``, a path or a binary file object."""
+    opened = (tarfile.open(archive, "w:gz", compresslevel=1) if isinstance(archive, str)
+              else tarfile.open(fileobj=archive, mode="w:gz", compresslevel=1))
+    with opened as tar:
         for name, info in files:
             member = tarfile.TarInfo(name)
             member.size = info.st_size
@@ -130,9 +139,20 @@ class CodeToStage:
         self.summary = {"hash": self.digest, "files": len(files), "bytes": total, "skipped": skipped,
                         "source_dir": code_dir, **facts}
 
+    def inline(self, dry):
+        """The archive as base64 text for the module's first run, or None: dry runs extract nothing,
+        and code over INLINE_MAX_BYTES goes as a file when it is missing."""
+        if dry or sum(info.st_size for _, info in self.files) > 4 * INLINE_MAX_BYTES:
+            return None  # not even packed: it would not compress to the limit
+        buffer = io.BytesIO()
+        pack(self.files, self.source, buffer)
+        data = buffer.getvalue()
+        return base64.b64encode(data).decode("ascii") if len(data) <= INLINE_MAX_BYTES else None
+
     def needs_sending(self, answer, dry):
         """Whether the module's answer says the code is missing where it must be (not in a dry run)."""
-        return not (answer.get("failed") or answer.get("code_present") or dry or answer.get("missing_files"))
+        return not (answer.get("failed") or answer.get("code_present") or answer.get("code_copied") or dry
+                    or answer.get("missing_files"))
 
     def send(self, action, run_with_archive):
         """Pack the code, put the archive on the host, and return run_with_archive(its path): the
@@ -165,8 +185,10 @@ class ActionModule(ActionBase):
         code = CodeToStage(args)
         module_args = {key: args[key] for key in MODULE_ARGS if key in args}
         module_args["code_hash"] = code.digest
-        answer = self._execute_module("job_dir", module_args=module_args, task_vars=task_vars)
-        if code.needs_sending(answer, bool(module_args.get("probe")) or self._task.check_mode):
+        dry = bool(module_args.get("probe")) or self._task.check_mode
+        answer = self._execute_module("job_dir", module_args={**module_args, "code_archive_inline": code.inline(dry)},
+                                      task_vars=task_vars)
+        if code.needs_sending(answer, dry):
             first = answer
             answer = code.send(self, lambda archive: self._execute_module(
                 "job_dir", module_args={**module_args, "code_archive": archive}, task_vars=task_vars))

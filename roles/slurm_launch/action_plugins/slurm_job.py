@@ -74,6 +74,7 @@ class ActionModule(ActionBase):
             code = _job_dir_action.CodeToStage(args["stage"])
             args["stage"] = {key: value for key, value in args["stage"].items() if key in _job_dir_action.MODULE_ARGS}
             args["stage"]["code_hash"] = code.digest
+            args["stage"]["code_archive_inline"] = code.inline(self._task.check_mode)
         every = int(args.pop("progress_every", 30) or 0)
         live = (every > 0 and args.get("state", "present") == "present" and boolean(args.get("wait", True))
                 and not self._task.check_mode)
