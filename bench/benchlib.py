@@ -133,17 +133,21 @@ def markdown_table(rows):
 
 # How each peer names the Slurm job it submitted, in what it prints (bench/run.py's peers):
 # bench/peers/submitit_ddp.py's JSON line, torchx's "Launched app: slurm://<session>/<id>",
-# NeMo-Run's "Job id: <id>" of its experiment summary.
+# NeMo-Run's "- Job id: <id>" of the experiment summary it prints once the job is submitted
+# (NeMo-Run 0.11.1; its "Launched app" line says slurm_tunnel://, and is a log line, which
+# its log level can hide).
 PEER_JOB_ID = {
     "submitit": re.compile(r'"job_id": "(\d+)'),
     "torchx": re.compile(r"Launched app: slurm://[^/\s]*/(\d+)"),
     "nemo_run": re.compile(r"^\s*- Job id: (\d+)\s*$", re.M),
 }
+# Terminal styles (NeMo-Run prints through rich, which styles its output where FORCE_COLOR is set).
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def peer_job_id(peer, output):
     """The job id a peer printed (the first one), or None."""
-    match = PEER_JOB_ID[peer].search(output)
+    match = PEER_JOB_ID[peer].search(_ANSI.sub("", output))
     return int(match.group(1)) if match else None
 
 

@@ -566,6 +566,9 @@ def bench_answer(cluster, probe, kind, reps, steps, step_sleep, log_every, warm_
 
 PEERS_REQUIREMENTS = BENCH / "requirements-peers.txt"
 PEERS_CONSTRAINTS = BENCH / "constraints-peers.txt"
+# NeMo-Run in a venv of its own: it registers torchx schedulers (slurm_tunnel, ...), and torchx
+# then offers only the registered ones, so beside it `torchx run -s slurm` fails ("invalid choice").
+NEMO_RUN_REQUIREMENTS = BENCH / "peers" / "requirements-nemo_run.txt"
 # Outside every cluster's state dir (kept across `down`, so a run does not reinstall it) and
 # outside the checkout: the login host and the nodes run this venv's Python (submitit's job
 # does), and they see neither the checkout nor /root.
@@ -575,18 +578,19 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 CONDA_ENV = "magicdrivedit"  # bench/environment.yml
 
 
-def peers_venv():
-    """The peers' venv (bench/requirements-peers.txt, torch held to the local CPU build by
-    bench/constraints-peers.txt), made once per content of those files."""
-    digest = hashlib.sha256(PEERS_REQUIREMENTS.read_bytes() + PEERS_CONSTRAINTS.read_bytes()).hexdigest()[:8]
-    venv = PEERS_ROOT / f"venv-{digest}"
+def peers_venv(requirements=PEERS_REQUIREMENTS, prefix="venv"):
+    """A peers' venv (bench/requirements-peers.txt, or NeMo-Run's; pins of what they pull in,
+    torch held to the local CPU build, in bench/constraints-peers.txt), made once per content
+    of those files."""
+    digest = hashlib.sha256(requirements.read_bytes() + PEERS_CONSTRAINTS.read_bytes()).hexdigest()[:8]
+    venv = PEERS_ROOT / f"{prefix}-{digest}"
     if not (venv / ".complete").exists():
         log(f"installing the peers into {venv}")
         shutil.rmtree(venv, ignore_errors=True)
         PEERS_ROOT.mkdir(parents=True, exist_ok=True)
         PEERS_ROOT.chmod(0o755)
         subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
-        proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-r", str(PEERS_REQUIREMENTS),
+        proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-r", str(requirements),
                                "-c", str(PEERS_CONSTRAINTS)], capture_output=True, text=True, timeout=1200)
         if proc.returncode != 0:
             raise RuntimeError(f"pip install of the peers failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
@@ -607,13 +611,18 @@ def peer_files(cluster):
     directory = cluster.state / "bench-peers"
     directory.mkdir(exist_ok=True)
     directory.chmod(0o755)
-    for source in (BENCH / "peers" / "submitit_ddp.py", BENCH / "peers" / "torchx_ddp.sh", REPO / TRAINER):
+    for source in (BENCH / "peers" / "submitit_ddp.py", BENCH / "peers" / "torchx_ddp.sh",
+                   BENCH / "peers" / "nemo_run_ddp.py", REPO / TRAINER):
         shutil.copyfile(source, directory / source.name)
         (directory / source.name).chmod(0o755)
-    (directory / "bin").mkdir(exist_ok=True)
-    (directory / "bin").chmod(0o755)
-    shutil.copyfile(BENCH / "peers" / "torchrun", directory / "bin" / "torchrun")
-    (directory / "bin" / "torchrun").chmod(0o755)
+    # bin: first on the jobs' PATH; nemo_run_ssh: first on NeMo-Run's PATH here (its rsync's ssh),
+    # kept apart so that no job's ssh is the wrapper.
+    for folder, source in (("bin", BENCH / "peers" / "torchrun"),
+                           ("nemo_run_ssh", BENCH / "peers" / "nemo_run_ssh" / "ssh")):
+        (directory / folder).mkdir(exist_ok=True)
+        (directory / folder).chmod(0o755)
+        shutil.copyfile(source, directory / folder / source.name)
+        (directory / folder / source.name).chmod(0o755)
     return directory
 
 
@@ -624,21 +633,25 @@ def job_state(cluster, job_id):
     return benchlib.sacct_state(cluster.slurm("sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State,ExitCode").stdout)
 
 
-class Peer:
-    """One launcher run on the login host as the user: its command, the glob of its job's log
-    under its folder, and how to read its job id from what it printed."""
+NEMO_RUN_LABEL = "NeMo-Run {version} (SlurmExecutor over SSHTunnel, torchrun launcher, Experiment.run)"
 
-    def __init__(self, key, label, argv, log_pattern, on_login=True, env=None):
+
+class Peer:
+    """One launcher run as the user, on the login host (or here, through its own SSH tunnel to
+    it): its command, the glob of its job's log under its folder, and how to read its job id
+    from what it printed."""
+
+    def __init__(self, key, label, argv, log_pattern, on_login=True, env=None, workdir=None):
         self.key, self.label, self.argv, self.log_pattern = key, label, argv, log_pattern
         # on_login: run on the login host over SSH; else on this machine (NeMo-Run, which
-        # reaches the login host through its own SSH tunnel).
-        self.on_login, self.env = on_login, env
+        # reaches the login host through its own SSH tunnel), in workdir, with env added.
+        self.on_login, self.env, self.workdir = on_login, env, workdir
 
     def job_id(self, output):
         return benchlib.peer_job_id(self.key, output)
 
 
-def peers(cluster, venv, files, steps, step_sleep, log_every):
+def peers(cluster, venv, nemo_run_venv, files, steps, step_sleep, log_every):
     conda = cluster.nas / "anaconda3"
     nccl_env = cluster.nas / "env" / "nccl-bench_cpu.sh"
     trainer = files / Path(TRAINER).name
@@ -659,22 +672,49 @@ def peers(cluster, venv, files, steps, step_sleep, log_every):
         files / "torchx_ddp.sh", conda, CONDA_ENV, nccl_env, "2", venv / "bin" / "torchx",
         "run", "-s", "slurm", "--wait", "-cfg", "partition=bench_cpu,time=10",
         "dist.ddp", "-j", "2x2", "--name", name, "--cpu", "4", "--script", trainer, "--", *train_args]
-    return [
+    # NeMo-Run runs here and submits through its SSHTunnel to the login host as the user, with
+    # the key and known_hosts that Cluster.ssh_argv uses; the folder is its tunnel's job_dir.
+    ssh_dir = cluster.state / "ssh"
+    nemo_run_argv = lambda folder, name: [  # noqa: E731
+        nemo_run_venv / "bin" / "python", files / "nemo_run_ddp.py", "--job-dir", folder, "--job-name", name,
+        "--host", cluster.login_address, "--user", LOGIN_USER, "--identity", ssh_dir / f"id_ed25519_{LOGIN_USER}",
+        "--known-hosts", ssh_dir / "known_hosts", "--partition", "bench_cpu", "--nodes", "2",
+        "--nproc-per-node", "2", "--cpus-per-task", "4",
+        *[arg for line in setup for arg in ("--setup", line)], "--script", trainer, "--", *train_args]
+    nemo_run_home = PEERS_ROOT / "nemo_run-home"  # its local experiment records (NEMORUN_HOME)
+    nemo_run_home.mkdir(parents=True, exist_ok=True)
+    nemo_run_env = {"PATH": f"{files / 'nemo_run_ssh'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                    "BENCH_KNOWN_HOSTS": str(ssh_dir / "known_hosts"), "NEMORUN_HOME": str(nemo_run_home)}
+    nemo_run_versions = peer_versions(nemo_run_venv) if nemo_run_venv else {}
+    nemo_run_version = nemo_run_versions.get("nemo_run", nemo_run_versions.get("nemo-run", "?"))
+    runners = [
         Peer("submitit", f"submitit {versions.get('submitit', '?')} (SlurmExecutor, job.results())",
              submitit_argv, "*_log.out"),
         Peer("torchx", f"torchx {versions.get('torchx', '?')} (run -s slurm --wait dist.ddp -j 2x2)",
              torchx_argv, "slurm-*.out"),
-    ], versions
+        Peer("nemo_run", NEMO_RUN_LABEL.format(version=nemo_run_version), nemo_run_argv, "**/log-*.out",
+             on_login=False, env=nemo_run_env, workdir=nemo_run_home),
+    ]
+    # No venv (its install failed): no NeMo-Run run; bench_peers reports why.
+    return [peer for peer in runners if peer.key != "nemo_run" or nemo_run_venv], versions, nemo_run_versions
 
 
 def bench_peers(cluster, probe, reps, steps, step_sleep, log_every, warm_up=True):
-    """Each peer launches the answer figure's short job from the login host, as the user, and
-    waits for it its own way; measured as bench_answer measures launch.yml: wall time from the
-    command's start to its exit, the exit after the training's last line (the harness polls the
-    job's log), and the slurmctld and slurmdbd RPCs between the two (LoadProbe)."""
+    """Each peer launches the answer figure's short job from the login host, as the user
+    (NeMo-Run from here, through its SSH tunnel to the login host as the user), and waits for it
+    its own way; measured as bench_answer measures launch.yml: wall time from the command's start
+    to its exit, the exit after the training's last line (the harness polls the job's log), and
+    the slurmctld and slurmdbd RPCs between the two (LoadProbe)."""
     venv = peers_venv()
+    errors = {}
+    try:
+        nemo_run_venv = peers_venv(NEMO_RUN_REQUIREMENTS, "venv-nemo_run")
+    except (RuntimeError, subprocess.SubprocessError) as error:
+        # Reported as NeMo-Run's row; the other peers are still measured.
+        log(f"peer nemo_run could not be installed: {error}")
+        nemo_run_venv, errors["nemo_run"] = None, str(error)
     files = peer_files(cluster)
-    runners, versions = peers(cluster, venv, files, steps, step_sleep, log_every)
+    runners, versions, nemo_run_versions = peers(cluster, venv, nemo_run_venv, files, steps, step_sleep, log_every)
     home = Path(f"/home/{LOGIN_USER}/bench-peers")
     samples = {peer.key: {k: [] for k in ("line", "wall", "ctld", "dbd")} for peer in runners}
     breakdown, outcomes = {peer.key: [] for peer in runners}, {peer.key: [] for peer in runners}
@@ -689,7 +729,11 @@ def bench_peers(cluster, probe, reps, steps, step_sleep, log_every, warm_up=True
         watcher.start()
         probe.start()
         started = time.time()
-        proc = cluster.login(*peer.argv(folder, name), cwd=folder, timeout=900)
+        if peer.on_login:
+            proc = cluster.login(*peer.argv(folder, name), cwd=folder, timeout=900)
+        else:
+            proc = subprocess.run(list(map(str, peer.argv(folder, name))), capture_output=True, text=True, timeout=900,
+                                  stdin=subprocess.DEVNULL, cwd=peer.workdir, env={**os.environ, **(peer.env or {})})
         answered = time.time()
         ctld, dbd = probe.stop()
         line_at = watcher.stop()
@@ -712,7 +756,6 @@ def bench_peers(cluster, probe, reps, steps, step_sleep, log_every, warm_up=True
             f"{answered - started:.1f} s, answered {answered - line_at:.2f} s after the last line, "
             f"{sum(ctld.values())} slurmctld + {None if dbd is None else sum(dbd.values())} slurmdbd RPCs")
 
-    errors = {}
     for peer in runners:
         try:
             if warm_up:
@@ -727,6 +770,9 @@ def bench_peers(cluster, probe, reps, steps, step_sleep, log_every, warm_up=True
 
     figure2, figure3 = "2 answer, short job (peers)", "3 load, short job (peers)"
     rows = []
+    if nemo_run_venv is None:
+        rows.append(row(figure2, f"{NEMO_RUN_LABEL.format(version='?')}: not measured: "
+                        f"{errors['nemo_run'].splitlines()[0]}", [], "s"))
     for peer in runners:
         s = samples[peer.key]
         if not s["wall"]:
@@ -744,8 +790,9 @@ def bench_peers(cluster, probe, reps, steps, step_sleep, log_every, warm_up=True
                               for kind in sorted({k for b in runs for k in (b[daemon] or {})})}
                      for daemon in ("slurmctld", "slurmdbd")} for key, runs in breakdown.items()}
     rows += unavailable_rows()
-    details = {"versions": versions, "venv": str(venv), "samples": samples, "rpc_breakdown": breakdown,
-               "rpc_median_by_type": by_type, "outcomes": outcomes, "errors": errors,
+    details = {"versions": versions, "venv": str(venv), "nemo_run_versions": nemo_run_versions,
+               "nemo_run_venv": None if nemo_run_venv is None else str(nemo_run_venv), "samples": samples,
+               "rpc_breakdown": breakdown, "rpc_median_by_type": by_type, "outcomes": outcomes, "errors": errors,
                "job": {"steps": steps, "step_sleep": step_sleep, "log_every": log_every, "nodes": 2,
                        "nproc_per_node": 2},
                "not_run": json.loads(UNAVAILABLE.read_text()) if UNAVAILABLE.exists() else {}}

@@ -77,22 +77,39 @@ torchx 2026-12-04 22:33:03 INFO     AppStatus:
 torchx 2026-12-04 22:33:54 INFO     Job finished: SUCCEEDED
 """
 
+# What NeMo-Run 0.11.1 printed on bench2 (bench/peers/nemo_run_ddp.py, stdout not a terminal),
+# cut: the launch, its experiment summary and the wait.
 NEMO_RUN_OUTPUT = """\
+[23:16:37] Launching job ddp for experiment                    experiment.py:800
+           bench-nemo_run-fbc953                                                
+           INFO     Launched app: slurm_tunnel://nemo_run/23     launcher.py:116
+── Waiting for Experiment bench-nemo_run-fbc953_1796512596304468075 to finish ──
+[SLURM] Job 23 - State: PENDING, Estimated start: N/A, Current time: 2026-12-05 23:16:37
+
+Experiment Status for bench-nemo_run-fbc953_1796512596304468075
+
 Task 0: ddp
 - Status: SUBMITTED
 - Executor: SlurmExecutor on alice@10.88.0.100
-- Job id: 18
-- Local Directory: /x/.nemo_run/experiments/bench-nemo/bench-nemo_1796425249928416926/ddp
-[23:00:52] INFO     Waiting for job 18 to finish [log=False]...  launcher.py:136
+- Job id: 23
+- Local Directory: /tmp/nrtest/home/experiments/bench-nemo_run-fbc953/bench-nemo_run-fbc953_1796512596304468075/ddp
+- Remote Directory: /home/alice/bench-peers/bench-nemo_run-fbc953/bench-nemo_run-fbc953/bench-nemo_run-fbc953_1796512596304468075/ddp
+
+           INFO     Waiting for job 23 to finish [log=False]...  launcher.py:136
+[23:16:55] INFO     Job 23 finished: SUCCEEDED                   launcher.py:186
 """
 
 
 def test_peer_job_ids_from_what_each_peer_prints():
     assert benchlib.peer_job_id("submitit", '{"job_id": "11", "state": "RUNNING", "error": null}\n') == 11
     assert benchlib.peer_job_id("torchx", TORCHX_OUTPUT) == 14
-    assert benchlib.peer_job_id("nemo_run", NEMO_RUN_OUTPUT) == 18
+    assert benchlib.peer_job_id("nemo_run", NEMO_RUN_OUTPUT) == 23
     # The experiment's id is a number too: only the "Job id" line counts.
     assert benchlib.peer_job_id("nemo_run", "bench-nemo_1796425249928416926\n") is None
+    # rich's styles, where a terminal is forced (FORCE_COLOR).
+    assert benchlib.peer_job_id("nemo_run", "- \x1b[1;32mJob id\x1b[0m: 23\n") == 23
+    # Nothing submitted: the summary's id is empty.
+    assert benchlib.peer_job_id("nemo_run", "Task 0: ddp\n- Status: UNKNOWN\n- Job id: \n") is None
     assert benchlib.peer_job_id("torchx", "torchx ... Waiting for the app to finish...\n") is None
 
 
