@@ -2,9 +2,11 @@
 
 The controller side lists the code (in a git work tree: tracked and untracked-but-not-ignored
 files; elsewhere every regular file), refuses more than ``max_mb``, hashes the content, and asks
-the module on the submit host whether ``<job dir>/code/<hash>/`` is there. Only when it is not
-(and not in check mode or a probe) does it pack the files into one archive, transfer it and run
-the module again to extract it into place. Unchanged code is never copied twice.
+the module on the submit host whether ``<job dir>/code/<hash>/`` is there. Code whose archive is
+small (INLINE_MAX_BYTES) goes with that request, base64 in the module's arguments, and is
+extracted only if missing. Larger code is packed into one archive, transferred and extracted by a
+second module run, only when the first finds it missing (and not in check mode or a probe).
+Unchanged code is never copied twice.
 """
 
 import base64

@@ -8,8 +8,9 @@ count) and the newest lines of the job's log. Each slice carries on the poll sch
 previous one (``progress_from``), so Slurm is asked no more often than by one long run.
 
 With ``stage`` (the job_dir module's options: the job's directory, code and files), the code is
-listed and hashed here, as the job_dir action plugin does it, and sent to the host only when the
-module's first run finds it missing there; the run that then submits gets it as an archive.
+listed and hashed here, as the job_dir action plugin does it (CodeToStage): small code goes with
+the module's first run, which stages and submits; larger code is sent as a file only when that
+run finds it missing, and the module runs again with it.
 """
 
 from __future__ import annotations
