@@ -58,6 +58,19 @@ def test_later_slices_follow_the_job_by_id_and_do_not_submit_again():
     assert calls[1]["progress_from"] == {"log_lines": []}
 
 
+def test_later_slices_watch_the_end_marker_the_staging_slice_filled_in_and_keep_what_it_staged():
+    """The task's end_marker names the run's directory by a placeholder word; only the first
+    slice, which takes the run, knows the path (its end_marker result)."""
+    staged = {"run_id": 2, "run_dir": "/nas/jobs/alice/train/runs/2"}
+    result, calls = run_slices(
+        [slice_result("RUNNING", False, submitted=True, end_marker="/nas/jobs/alice/train/runs/2/.%j.ended", staged=staged),
+         slice_result("COMPLETED", True, end_marker="/nas/jobs/alice/train/runs/2/.%j.ended", staged=None)],
+        end_marker="/run-dir-0123456789abcdef/.%j.ended")
+    assert calls[0]["end_marker"] == "/run-dir-0123456789abcdef/.%j.ended"
+    assert calls[1]["end_marker"] == "/nas/jobs/alice/train/runs/2/.%j.ended" and "stage" not in calls[1]
+    assert result["staged"] == staged
+
+
 def test_a_slice_without_warnings_adds_no_warnings_key():
     result, _ = run_slices([slice_result("RUNNING", False), slice_result("COMPLETED", True)])
     assert "warnings" not in result
