@@ -240,3 +240,36 @@ def test_an_arrays_progress_says_how_many_tasks_are_final_and_each_task_that_jus
     assert action.describe(after) == "job 5 (sweep): RUNNING on node110, 2 of 4 array tasks final"
     assert action.newly_final_tasks(after, before) == ["  5_1: FAILED, exit code 3 | boom"]
     assert action.newly_final_tasks(after, None) == ["  5_0: COMPLETED, exit code 0", "  5_1: FAILED, exit code 3 | boom"]
+
+
+def test_code_the_staging_run_finds_missing_is_sent_and_the_module_run_again_with_it(tmp_path, monkeypatch):
+    """Code over the inline limit: the first run stages nothing past the code (the module's rule)
+    and submits nothing; the archive goes as a file and the second run stages and submits."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    monkeypatch.setattr(action._job_dir_action, "INLINE_MAX_BYTES", 0)
+    stage = {"jobs_root": "/nas/jobs", "job_name": "train", "code_dir": str(tmp_path / "code"),
+             "script": str(tmp_path / "code" / "train.py"), "max_mb": 1}
+    missing = {"made": ["/nas/jobs/alice/train"], "code_present": False, "code_copied": False, "missing_files": [],
+               "code_dir": "/nas/jobs/alice/train/code/x"}
+    copied = {**missing, "made": [], "code_copied": True}
+    task = SimpleNamespace(args={"script": "/nas/train.sbatch", "progress_every": 0, "stage": stage}, async_val=0,
+                           check_mode=False, action="slurm_job")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
+    answers = iter([{"job_id": None, "staged": dict(missing)}, {"job_id": 7, "submitted": True, "staged": dict(copied)}])
+    calls = []
+
+    def execute_module(module_name, module_args, task_vars):
+        calls.append(module_args)
+        return next(answers)
+
+    with mock.patch.object(plugin, "_execute_module", side_effect=execute_module), \
+            mock.patch.object(plugin, "_make_tmp_path", return_value="/remote/tmp"), \
+            mock.patch.object(plugin, "_transfer_file") as transfer, \
+            mock.patch.object(plugin, "_fixup_perms2"), mock.patch.object(plugin, "_remove_tmp_path"):
+        result = plugin.run(task_vars={})
+    assert calls[0]["stage"]["code_archive_inline"] is None and "code_archive" not in calls[0]["stage"]
+    assert calls[1]["stage"]["code_archive"] == transfer.call_args.args[1]
+    assert "code_dir" not in calls[0]["stage"], "the controller's own options stay on the controller"
+    assert (result["job_id"], result["changed"], result["staged"]["made"]) == (7, True, ["/nas/jobs/alice/train"])
+    assert result["staged"]["code"]["copied"] and result["staged"]["script"] == "/nas/jobs/alice/train/code/x/train.py"

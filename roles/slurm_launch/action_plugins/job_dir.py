@@ -151,10 +151,25 @@ class CodeToStage:
         data = buffer.getvalue()
         return base64.b64encode(data).decode("ascii") if len(data) <= INLINE_MAX_BYTES else None
 
-    def needs_sending(self, answer, dry):
-        """Whether the module's answer says the code is missing where it must be (not in a dry run)."""
-        return not (answer.get("failed") or answer.get("code_present") or answer.get("code_copied") or dry
-                    or answer.get("missing_files"))
+    def stage(self, action, run, dry, staged_of):
+        """The module's answer once the code is where the job runs it: ``run(extra)`` runs the module
+        with ``extra`` added to its staging options, first with the code inline (when small), then,
+        only if ``staged_of(answer)`` (what staging did, None when the run failed before) says the
+        code is missing, again with the code sent as a file. The code's summary goes into what
+        staging did."""
+        answer = run({"code_archive_inline": self.inline(dry)})
+        first = staged_of(answer)
+        if first is not None and not (first.get("code_present") or first.get("code_copied") or dry
+                                      or first.get("missing_files")):
+            answer = self.send(action, lambda archive: run({"code_archive": archive}))
+            staged = staged_of(answer)
+            if staged is not None:
+                staged["made"] = first["made"] + staged["made"]
+                answer["changed"] = True
+        staged = staged_of(answer)
+        if staged is not None:
+            staged.update(self.result(staged))
+        return answer
 
     def send(self, action, run_with_archive):
         """Pack the code, put the archive on the host, and return run_with_archive(its path): the
@@ -187,15 +202,8 @@ class ActionModule(ActionBase):
         code = CodeToStage(args)
         module_args = {key: args[key] for key in MODULE_ARGS if key in args}
         module_args["code_hash"] = code.digest
-        dry = bool(module_args.get("probe")) or self._task.check_mode
-        answer = self._execute_module("job_dir", module_args={**module_args, "code_archive_inline": code.inline(dry)},
-                                      task_vars=task_vars)
-        if code.needs_sending(answer, dry):
-            first = answer
-            answer = code.send(self, lambda archive: self._execute_module(
-                "job_dir", module_args={**module_args, "code_archive": archive}, task_vars=task_vars))
-            if not answer.get("failed"):
-                answer.update(made=first["made"] + answer["made"], changed=True)
-        if answer.get("failed"):
-            return {**result, **answer}
-        return {**result, **answer, **code.result(answer)}
+        answer = code.stage(
+            self, lambda extra: self._execute_module("job_dir", module_args={**module_args, **extra}, task_vars=task_vars),
+            bool(module_args.get("probe")) or self._task.check_mode,
+            lambda answer: None if answer.get("failed") else answer)
+        return {**result, **answer}

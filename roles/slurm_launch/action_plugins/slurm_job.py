@@ -75,7 +75,6 @@ class ActionModule(ActionBase):
             code = _job_dir_action.CodeToStage(args["stage"])
             args["stage"] = {key: value for key, value in args["stage"].items() if key in _job_dir_action.MODULE_ARGS}
             args["stage"]["code_hash"] = code.digest
-            args["stage"]["code_archive_inline"] = code.inline(self._task.check_mode)
         every = int(args.pop("progress_every", 30) or 0)
         live = (every > 0 and args.get("state", "present") == "present" and boolean(args.get("wait", True))
                 and not self._task.check_mode)
@@ -115,23 +114,13 @@ class ActionModule(ActionBase):
         return result
 
     def submit(self, code, args, task_vars):
-        """The module's first run; with ``code`` (a CodeToStage) missing on the host, the code is
-        sent and the module run again with it, which then submits."""
-        result = self._execute_module("slurm_job", module_args=args, task_vars=task_vars)
-        staged = result.get("staged")
-        if code is None or staged is None:
-            return result
-        if code.needs_sending(staged, self._task.check_mode) and not result.get("job_id"):
-            first = staged
-            result = code.send(self, lambda archive: self._execute_module(
-                "slurm_job", module_args={**args, "stage": {**args["stage"], "code_archive": archive}},
-                task_vars=task_vars))
-            if result.get("staged"):
-                result["staged"]["made"] = first["made"] + result["staged"]["made"]
-            result["changed"] = True
-        if result.get("staged"):
-            result["staged"].update(code.result(result["staged"]))
-        return result
+        """The module's first run; with ``code`` (a CodeToStage), the code goes with it, or is sent
+        when that run finds it missing and the module runs again with it, which then submits."""
+        if code is None:
+            return self._execute_module("slurm_job", module_args=args, task_vars=task_vars)
+        return code.stage(self, lambda extra: self._execute_module(
+            "slurm_job", module_args={**args, "stage": {**args["stage"], **extra}}, task_vars=task_vars),
+            self._task.check_mode, lambda answer: answer.get("staged"))
 
     def show(self, result, previous):
         if result.get("job_id") is None:
