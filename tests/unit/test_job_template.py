@@ -7,6 +7,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -344,3 +345,35 @@ def test_a_resumed_sweep_does_not_train_a_point_that_completed(tmp_path):
     assert (tmp_path / ".4240.ended").read_text() == "1 0\n"
     proc, argv = run_with_standins(tmp_path, script, SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_JOB_ID="4240")
     assert proc.returncode == 0 and argv[-4:] == ["--lr", "0.1", "--seed", "1"]
+
+
+def torchrun_wrapper(script):
+    """The Python that the job script runs in place of torchrun (torchrun_keeping_exit_code)."""
+    start = script.index("torchrun_keeping_exit_code='\n") + len("torchrun_keeping_exit_code='\n")
+    return script[start:script.index("\n'\n", start)]
+
+
+@pytest.mark.parametrize("worker_exit", [0, 7])
+def test_torchrun_ends_without_tearing_torch_down_and_keeps_the_workers_exit_code(tmp_path, worker_exit):
+    """Real torchrun (torch from this virtualenv), one worker. Once the workers ended, the wrapper
+    leaves at once: an atexit handler of its own interpreter (planted by sitecustomize, as torch's
+    own teardown would run) never runs, the job's answer does not wait for it; what it printed
+    is flushed; the exit code is the worker's, with the failure recorded for the job script."""
+    wrapper = torchrun_wrapper(render(job()))
+    (tmp_path / "train.py").write_text(f"print('training complete', flush=True)\nraise SystemExit({worker_exit})\n")
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, os, sys\n"
+        "if sys.argv[:1] == ['-c']:\n"
+        "    atexit.register(lambda: open(os.environ['TEARDOWN_RECORD'], 'w').close())\n"
+        "    print('wrapper output, unflushed', end='')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "TEARDOWN_RECORD": str(tmp_path / "torn-down"),
+           "TRAINING_FAILURE_RECORD": str(tmp_path / ".9.failure"), "SLURM_NODEID": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-c", wrapper, "--nnodes=1", "--nproc-per-node=1", "--master-addr=127.0.0.1",
+         f"--master-port={29500 + os.getpid() % 1000 + worker_exit}", str(tmp_path / "train.py")],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == worker_exit, proc.stderr[-2000:]
+    assert "training complete" in proc.stdout and "wrapper output, unflushed" in proc.stdout
+    assert not (tmp_path / "torn-down").exists(), "the interpreter's teardown was skipped"
+    recorded = list(tmp_path.glob(".9.failure.*"))
+    assert [path.read_text().split()[1] for path in recorded] == ([] if worker_exit == 0 else [str(worker_exit)])
