@@ -40,12 +40,12 @@ def clock(monkeypatch):
 
 def test_a_marker_that_appears_ends_the_wait_at_the_next_check_and_hurries_the_next_polls(tmp_path, clock):
     marker = slurm_job.EndMarker(str(tmp_path / ".%j.ended"), 42)
-    clock.at(0.3, lambda: (tmp_path / ".42.ended").write_text("0\n"))
+    clock.at(0.12, lambda: (tmp_path / ".42.ended").write_text("0\n"))
     started = clock.now
     marker.wait(10)
-    # The job ended at 0.3 s; the launch knows at the next check (every 0.2 s), not after 10 s.
-    assert clock.now - started == pytest.approx(0.4)
-    assert clock.sleeps == [slurm_job.MARKER_CHECK_INTERVAL] * 2
+    # The job ended at 0.12 s; the launch knows at the next check (every 0.05 s), not after 10 s.
+    assert clock.now - started == pytest.approx(0.15)
+    assert clock.sleeps == pytest.approx([0.05] * 3)
     # Ten quick looks at Slurm (written out, not read from the constant under test), then the schedule.
     assert [marker.hurry() for _ in range(11)] == [True] * 10 + [False]
 
@@ -54,9 +54,9 @@ def test_a_marker_left_by_an_earlier_run_does_not_count_until_it_changes(tmp_pat
     (tmp_path / ".7.ended").write_text("0\n")
     marker = slurm_job.EndMarker(str(tmp_path / ".%j.ended"), 7)
     started = clock.now
-    marker.wait(0.5)
-    assert clock.now - started == pytest.approx(0.5)  # the whole wait: the old marker is no news
-    assert clock.sleeps == pytest.approx([0.2, 0.2, 0.1])  # the last check cut to the deadline
+    marker.wait(0.12)
+    assert clock.now - started == pytest.approx(0.12)  # the whole wait: the old marker is no news
+    assert clock.sleeps == pytest.approx([0.05, 0.05, 0.02])  # the last check cut to the deadline
     assert marker.hurry() is False
     (tmp_path / ".7.ended").write_text("143\n")
     started = clock.now

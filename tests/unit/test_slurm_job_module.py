@@ -18,7 +18,8 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 SQUEUE = ["squeue", "-h", "-u", str(os.geteuid()), "-n", "train-ddp", "-o", "%i|%j|%T|%r|%N|%k"]
-SCONTROL = ["scontrol", "show", "job", "-o", "1234"]
+# --local: 1234 is no federated job id (see FEDERATED_JOB_ID_MIN).
+SCONTROL = ["scontrol", "show", "job", "-o", "1234", "--local"]
 # The local cluster's sacct (Debian's 22.05.8): no StdOut field, so WorkDir names the job's directory.
 SACCT_VERSION = ["sacct", "--version"]
 SACCT = ["sacct", "-j", "1234", "-n", "-P", "-D", "-X", "-o",
@@ -1160,3 +1161,12 @@ def test_stage_in_check_mode_writes_nothing_and_slurm_predicts_from_the_filled_s
     assert seen["script"] == STAGED_SCRIPT.replace(RUN_WORD, str(run_dir)).replace(CODE_WORD, "")
     assert not os.path.exists(seen["cwd"]), "the prediction's scratch directory is removed"
     assert list((tmp_path / "jobs").iterdir()) == [] and outcome.result["test_only"]["job_id"] == 20
+
+
+@pytest.mark.parametrize("job_id, local", [(1234, True), ((1 << 26) - 1, True), (1 << 26, False), ((3 << 26) + 5, False)])
+def test_a_job_of_this_cluster_alone_is_looked_up_without_the_federation(slurm_cli, job_output, job_id, local):
+    """Federated job ids carry their origin cluster's id above the low 26 bits: only those need
+    scontrol's federation lookup; any other is this cluster's, looked up --local."""
+    slurm_cli.answer(["scontrol", "show", "job", "-o", str(job_id)], out=job_output("running", job_id=job_id))
+    assert run_module({"job_id": job_id, "wait": False}).result["state"] == "RUNNING"
+    assert slurm_cli.argvs == [["scontrol", "show", "job", "-o", str(job_id)] + (["--local"] if local else [])]
