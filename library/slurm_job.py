@@ -208,6 +208,15 @@ options:
         carries secrets.
     type: bool
     default: false
+  collect_files:
+    description:
+      - When the job is final, return its log and script (of a job array, every task's log and
+        the C(sweep.tsv) beside them) in RV(collected_files), so that the controller writes
+        them without another transfer. Only files directly in the job's own directory, and only
+        when its log is under O(run_records)C(/<its user>/); links are not followed; up to 8 MiB
+        in all (a larger file is left out, for the controller to fetch).
+    type: bool
+    default: false
 notes:
   - A job given by O(job_id) must be the user's own (the C(UserId) slurmctld reports), unless the
     module runs as root or as a Slurm operator or administrator (C(sacctmgr) C(AdminLevel)); another
@@ -291,6 +300,20 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+collected_files:
+  description:
+    - With O(collect_files), when the job is final, the job's files read on the host, as
+      a mapping of each path to its content, base64.
+  returned: always (null unless the job is final and O(collect_files) is set)
+  type: dict
+  sample: {"/starmap/nas/jobs/alice/train/runs/1/train-1234.out": "W3JhbmswXSB0cmFpbmluZyBjb21wbGV0ZQo="}
+node_states:
+  description:
+    - After a node failure (RV(outcome) C(node_failure)), the job's nodes as C(sinfo) shows them
+      then (C(state), C(markers), C(partitions), C(cpus), C(gpus)), so that the failed one can be named.
+  returned: always (null unless the job ended in a node failure)
+  type: dict
+  sample: {"node111": {"state": "down", "markers": "*", "partitions": ["gpu"], "cpus": 64, "gpus": 8}}
 job_id:
   description: The Slurm job id; null when nothing was submitted (check mode).
   returned: always
@@ -543,20 +566,23 @@ staged:
            "resumed": false, "run_reason": "run 1 ended COMPLETED", "code_present": true, "missing_files": []}
 """
 
+import base64
 import datetime
 import hashlib
 import itertools
 import json
 import os
 import pwd
+import stat
 import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cluster_rules import run_of_path
+from ansible.module_utils.cluster_rules import collected_paths, run_of_path
 from ansible.module_utils.job_dirs import STAGE_SPEC, Refused, check_placeholders, fill_placeholders, stage
 from ansible.module_utils.slurm import (
     INVALID_JOB_ID,
+    SINFO_NODES_FORMAT,
     SQUEUE_FORMAT,
     MY_JOBS_FORMAT,
     JobNotFound,
@@ -574,6 +600,7 @@ from ansible.module_utils.slurm import (
     parse_sbatch_parsable,
     parse_sbatch_test_only,
     parse_scontrol_job,
+    parse_sinfo_nodes,
     parse_slurm_version,
     parse_squeue,
     retry_command,
@@ -606,6 +633,7 @@ ARGUMENT_SPEC = {
     "progress_from": {"type": "dict"},
     "private_output": {"type": "bool", "default": False},
     "run_records": {"type": "path"},
+    "collect_files": {"type": "bool", "default": False},
 }
 
 CLUSTERS_RULE = ("the module follows jobs of the local cluster only (its queries have no -M); submit from a host "
@@ -647,6 +675,9 @@ CONTROLLER_RETRY_MAX_DELAY = 15.0
 RUN_RECORD_KEYS = ("job_id", "state", "exit_code", "restarts")
 # After the marker, Slurm is asked this many times at that pace before the regular schedule.
 MARKER_QUICK_POLLS = 10
+# The most that the files of a finished job (collect_files) add to the module's answer; a larger
+# file is left for the controller to fetch.
+COLLECT_INLINE_MAX_BYTES = 8 * 1024 * 1024
 # A job id at or above 2**26 carries a federation's cluster id in its upper bits (Slurm's
 # fed_mgr.c); one below it was submitted to this cluster alone, so `scontrol --local` shows it
 # as well, without the federation lookup (REQUEST_FED_INFO) that every scontrol makes first:
@@ -980,10 +1011,12 @@ class SlurmJobRunner:
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
             nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
-            staged=None, end_marker=self.params["end_marker"],
+            staged=None, end_marker=self.params["end_marker"], collected_files=None, node_states=None,
         )
 
     def finish(self, msg=None):
+        if self.result.get("final"):
+            self.collect()
         self.result["queries"] = self.slurm.queries
         record_error = self.record_run_end()
         if record_error:
@@ -991,6 +1024,39 @@ class SlurmJobRunner:
         if msg is None:
             self.module.exit_json(**self.result)
         self.module.fail_json(msg=msg, **self.result)
+
+    def collect(self):
+        """For a finished job, what its launch reports and brings back, read now rather than by
+        further module runs: after a node failure, the states of its nodes (Slurm's record of the
+        job does not say which node failed); with collect_files, its log, script and sweep files
+        (cluster_rules.collected_paths), base64, up to COLLECT_INLINE_MAX_BYTES in all."""
+        result = self.result
+        if result.get("outcome") == "node_failure" and result.get("nodes"):
+            try:
+                rc, out, err = self.slurm.run(["sinfo", "-h", "-N", "-o", SINFO_NODES_FORMAT])
+                known = parse_sinfo_nodes(out) if rc == 0 else {}
+            except (SlurmParseError, ValueError):
+                known = {}
+            result["node_states"] = {name: known[name] for name in result["nodes"] if name in known}
+        if not self.params["collect_files"]:
+            return
+        files, budget = {}, COLLECT_INLINE_MAX_BYTES
+        for path in collected_paths(result, self.params["run_records"]):
+            try:
+                # The job's own directory, private to the user: still, a link planted there is not followed.
+                handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue  # not there (a point that never started): the controller says so
+            with os.fdopen(handle, "rb") as opened:
+                info = os.fstat(opened.fileno())
+                if not stat.S_ISREG(info.st_mode) or info.st_size > budget:
+                    continue
+                data = opened.read(budget + 1)
+            if len(data) > budget:
+                continue
+            files[path] = base64.b64encode(data).decode("ascii")
+            budget -= len(data)
+        result["collected_files"] = files
 
     def record_run_end(self):
         """Write the final job's run.json beside its log (O(run_records)); a message if that failed."""
@@ -1070,7 +1136,10 @@ class SlurmJobRunner:
             job = seen = self.find_job_patiently(job_id)
             changed = schedule.observe(change_key(job))
             look_at, watch_log = self.plan_look(schedule, marker, job)
-            if changed and self.params["return_on_change"]:
+            # COMPLETING (the batch script ended, the epilogs run) lasts moments and is no news to a
+            # person: the slice goes on to the final state rather than end for it, which would cost
+            # the answer a module run more.
+            if changed and self.params["return_on_change"] and job_state(job["state"]).outcome != "finishing":
                 break
         if job is None:
             # The slice ended before its first look: the job as the last slice saw it (no RPC).

@@ -9,6 +9,7 @@ a job name a log belongs to.
 
 from __future__ import annotations
 
+import os
 import re
 
 # ---------------------------------------------------------------------------
@@ -134,3 +135,32 @@ def run_of_path(path):
     """The run id of a job whose log is ``path`` in its run's directory, or None."""
     match = RUN_PATH_RE.search(path or "")
     return int(match.group(1)) if match else None
+
+
+# ---------------------------------------------------------------------------
+# The files of a finished job that come back to the controller
+# ---------------------------------------------------------------------------
+
+
+def collected_paths(job, jobs_root):
+    """The files of a finished ``job`` (slurm_job's result) that its launch brings back: its log and
+    script; of a sweep, every point's log and its table. Only files directly in the job's own
+    directory, and only when its log is under ``<jobs_root>/<its user>/``: a job followed by id may
+    have named any path as its output, which the launching user (root, an operator) could read.
+    The slurm_job module reads these for its last answer; the controller writes them."""
+    user, log, name = job.get("user"), job.get("stdout_path") or "", job.get("name")
+    if not user or not log or not jobs_root or not name:
+        return []
+    log = "/" + os.path.normpath(log).lstrip("/")
+    if not log.startswith(f"{os.path.normpath(jobs_root).rstrip('/')}/{user}/"):
+        return []
+    job_dir = os.path.dirname(log)
+    paths = [log, f"{job_dir}/{name}.sbatch"]
+    if job.get("tasks"):
+        paths += [task["stdout_path"] for task in job["tasks"] if task.get("stdout_path")] + [f"{job_dir}/sweep.tsv"]
+    wanted = []
+    for path in paths:
+        path = "/" + os.path.normpath(path).lstrip("/")
+        if os.path.dirname(path) == job_dir and path not in wanted:
+            wanted.append(path)
+    return wanted

@@ -72,18 +72,14 @@ def _common(extravars, user):
     return values
 
 
-def _collected(run):
-    """The outputs folder the playbook wrote job.json into, or None."""
-    res = run.last("slurm_collect", lambda res: "job.json" in (res.get("written") or []))
-    return Path(res["dest"]) if res and not res.get("failed") else None
-
-
 def _job_result(run):
-    """The JobResult of the run's last slurm_job task with a job, and its collected outputs."""
+    """The JobResult of the run's last slurm_job task with a job, and the outputs folder it wrote
+    job.json into (its ``collected``)."""
     res = run.last("slurm_job", lambda res: res.get("job_id") is not None)
     if res is None:
         return None
-    outputs = _collected(run)
+    collected = res.get("collected") or {}
+    outputs = Path(collected["dest"]) if "job.json" in (collected.get("written") or []) else None
     job, summary = {}, None
     if outputs is not None:
         job = json.loads((outputs / "job.json").read_text(encoding="utf-8"))

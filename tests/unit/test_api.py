@@ -185,12 +185,11 @@ def test_a_job_that_ran_and_failed_raises_job_failed_with_its_collected_result(m
 
     def run(**kwargs):
         handler = kwargs["event_handler"]
-        handler({"event": "runner_on_ok", "event_data": {"task_action": "slurm_job", "res": {
-            "job_id": 9, "name": "train_ddp", "state": "FAILED", "exit_code": 1, "outcome": "failed", "final": True}}})
-        handler({"event": "runner_on_ok", "event_data": {"task_action": "slurm_collect", "res": {
-            "dest": str(outputs), "written": ["job.json", "summary.txt"]}}})
-        handler({"event": "runner_on_failed", "event_data": {"task_action": "ansible.builtin.fail", "res": {
-            "msg": "job 9 (train_ddp) ended FAILED, exit code 1"}}})
+        # The task that followed the job wrote its outputs, and failed for it.
+        handler({"event": "runner_on_failed", "event_data": {"task_action": "slurm_job", "res": {
+            "job_id": 9, "name": "train_ddp", "state": "FAILED", "exit_code": 1, "outcome": "failed", "final": True,
+            "failed": True, "msg": "job 9 (train_ddp) ended FAILED, exit code 1",
+            "collected": {"dest": str(outputs), "written": ["job.json", "summary.txt"]}}}})
         return _Finished()
 
     monkeypatch.setattr(_playbook.ansible_runner, "run", run)

@@ -1,7 +1,9 @@
 """Unit tests of the slurm_job action plugin: the slices it runs the module in, and what the
 task's result keeps of them. The module's own runs are scripted results here."""
 
+import base64
 import importlib.util
+import json
 from types import SimpleNamespace
 from unittest import mock
 
@@ -15,11 +17,11 @@ action = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(action)
 
 
-def run_slices(slices, **args):
+def run_slices(slices, connection=None, **args):
     """The action's result when the module's successive runs return `slices`; and those runs' args."""
     task = SimpleNamespace(args={"script": "/nas/train.sbatch", "progress_every": 5, **args}, async_val=0,
                            check_mode=False, action="slurm_job")
-    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
+    plugin = action.ActionModule(task, connection or mock.MagicMock(), mock.MagicMock(), None, None, None)
     answers = iter(slices)
     calls = []
 
@@ -273,3 +275,63 @@ def test_code_the_staging_run_finds_missing_is_sent_and_the_module_run_again_wit
     assert "code_dir" not in calls[0]["stage"], "the controller's own options stay on the controller"
     assert (result["job_id"], result["changed"], result["staged"]["made"]) == (7, True, ["/nas/jobs/alice/train"])
     assert result["staged"]["code"]["copied"] and result["staged"]["script"] == "/nas/jobs/alice/train/code/x/train.py"
+
+
+class NothingThere:
+    """A submit host where no file can be fetched (the module returned what there was)."""
+    become = None
+    _shell = SimpleNamespace(tmpdir=None)
+
+    @staticmethod
+    def fetch_file(remote, local):
+        raise action._job_outputs.AnsibleError(f"{remote} is not there")
+
+
+def finished_job(run_dir, **extra):
+    return slice_result("COMPLETED", True, user="alice", outcome="succeeded", exit_code=0, nodes=["node110"],
+                        elapsed_seconds=11, stdout_path=f"{run_dir}/train-7.out", log_tail=["done"], submitted=True,
+                        staged={"run_id": 1, "resumed": False}, **extra)
+
+
+def test_with_collect_the_finished_jobs_outputs_are_written_as_the_task_ends(tmp_path):
+    """The module's last answer carries the job's files; the plugin writes them and the summaries,
+    keeps the files' contents out of the task's result, and asks for them in every slice."""
+    run_dir = tmp_path / "jobs" / "alice" / "train" / "runs" / "1"
+    log = base64.b64encode(b"[rank0] training complete\n").decode()
+    collect = {"outputs_dir": str(tmp_path / "outputs"), "jobs_dir": str(tmp_path / "jobs")}
+    result, calls = run_slices([slice_result("RUNNING", False, submitted=True, staged={"run_id": 1, "resumed": False}),
+                                finished_job(run_dir, collected_files={f"{run_dir}/train-7.out": log})],
+                               connection=NothingThere(), collect=collect)
+    assert all(call["collect_files"] is True and "collect" not in call for call in calls)
+    outputs = tmp_path / "outputs" / "train-7"
+    assert (result["failed"], result["collected"]["dest"], "collected_files" in result) == (False, str(outputs), False)
+    assert (outputs / "train-7.out").read_text() == "[rank0] training complete\n"
+    assert json.loads((outputs / "job.json").read_text())["run_line"] == "fresh run 1"
+
+
+def test_with_collect_a_job_that_did_not_succeed_fails_the_task_with_its_outputs(tmp_path):
+    run_dir = tmp_path / "jobs" / "alice" / "train" / "runs" / "1"
+    failed = finished_job(run_dir, failed=True, msg="Slurm job 7 ended in state FAILED", collected_files={})
+    failed.update(state="FAILED", outcome="failed", exit_code=3)
+    result, _ = run_slices([failed], connection=NothingThere(),
+                           collect={"outputs_dir": str(tmp_path / "outputs"), "jobs_dir": str(tmp_path / "jobs")})
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"job 7 (train) ended FAILED, exit code 3; outputs in {tmp_path}/outputs/train-7\n")
+    assert (tmp_path / "outputs" / "train-7" / "summary.txt").exists()
+
+
+def test_collect_with_an_unknown_key_is_refused_before_the_module_runs(tmp_path):
+    with pytest.raises(action.AnsibleActionFail, match=r"collect has unknown keys \['dest'\] or lacks \['jobs_dir'\]"):
+        run_slices([], collect={"outputs_dir": str(tmp_path), "dest": "x"})
+
+
+def test_a_missing_expected_file_fails_the_task_with_the_tasks_message(tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    staged = {"missing_files": ["/nas/env/nccl-gpu.sh"]}
+    result, calls = run_slices([{"changed": False, "staged": staged, "job_id": None, "final": None}],
+                               stage={"jobs_root": "/nas/jobs", "job_name": "train", "code_dir": str(tmp_path),
+                                      "script": str(tmp_path / "train.py"), "expect_files": ["/nas/env/nccl-gpu.sh"],
+                                      "expect_files_message": "The NCCL env file /nas/env/nccl-gpu.sh is missing"},
+                               wait=False)
+    assert (result["failed"], result["msg"]) == (True, "The NCCL env file /nas/env/nccl-gpu.sh is missing")
+    assert "expect_files_message" not in calls[0]["stage"]

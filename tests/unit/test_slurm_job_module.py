@@ -5,6 +5,7 @@ exit_json/fail_json raise instead of exiting, carrying the result.
 """
 
 import functools
+import base64
 import json
 import os
 import pwd
@@ -228,8 +229,10 @@ def test_failed_job_fails_the_task_naming_exit_code_and_reason(slurm_cli, clock,
     ("cancelled", "CANCELLED", "None"), ("timeout", "TIMEOUT", "TimeLimit"),
     ("node_fail", "NODE_FAIL", "NodeDown"), ("out_of_memory", "OUT_OF_MEMORY", "OutOfMemory"),
 ])
-def test_every_unsuccessful_end_fails_the_task(slurm_cli, clock, fixture, state, reason, job_output):
+def test_every_unsuccessful_end_fails_the_task(slurm_cli, clock, fixture, state, reason, job_output, slurm_output):
     slurm_cli.answer(SCONTROL, out=job_output(fixture))
+    if state == "NODE_FAIL":
+        slurm_cli.answer(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%c|%G"], out=slurm_output("sinfo_nodes_down.txt"))
     outcome = run_module({"job_id": 1234})
     assert outcome.failed is True
     assert outcome.result["msg"].startswith(f"Slurm job 1234 ended in state {state} (exit code ")
@@ -1065,8 +1068,8 @@ def test_a_run_record_that_cannot_be_written_fails_the_task_naming_it(slurm_cli,
     assert outcome.failed and f"cannot write the run's end record {run_dir}/run.json" in outcome.result["msg"]
 
 
-def test_a_job_completing_after_its_marker_is_looked_at_quickly_in_the_next_slice(slurm_cli, clock, tmp_path,
-                                                                                   job_output):
+def test_a_job_completing_after_its_marker_is_followed_to_its_end_in_the_same_slice(slurm_cli, clock, tmp_path,
+                                                                                     job_output):
     marker = tmp_path / ".1234.ended"
     real_sleep = clock.sleep
 
@@ -1080,16 +1083,16 @@ def test_a_job_completing_after_its_marker_is_looked_at_quickly_in_the_next_slic
     completing = job_output("running").replace("JobState=RUNNING", "JobState=COMPLETING")
     slurm_cli.answer(SCONTROL, out=job_output("running"))
     slurm_cli.answer(SCONTROL, out=completing)
-    args = {"job_id": 1234, "return_on_change": True, "timeout": 30, "end_marker": str(tmp_path / ".%j.ended")}
-    first = run_module(args).result
-    assert (first["state"], first["final"]) == ("COMPLETING", False)
     slurm_cli.answer(SCONTROL, out=completing)
     slurm_cli.answer(SCONTROL, out=job_output("completed"))
+    args = {"job_id": 1234, "return_on_change": True, "timeout": 30, "end_marker": str(tmp_path / ".%j.ended")}
     started = clock.now
-    second = run_module({**args, "progress_from": first["progress"]}).result
-    assert second["state"] == "COMPLETED"
-    # Quick looks go on from the marker's change, not the 60 s of a running job.
-    assert clock.now - started <= 2 * slurm_job.MARKER_CHECK_INTERVAL + 1e-6
+    result = run_module(args).result
+    # COMPLETING ends no slice: one module run answers, not a second one for the final state.
+    assert (result["state"], result["final"]) == ("COMPLETED", True)
+    # Quick looks from the marker's change on (one per MARKER_CHECK_INTERVAL), not the 60 s of a running job.
+    assert clock.now - started <= 4 * slurm_job.MARKER_CHECK_INTERVAL + 1e-6
+    assert len(slurm_cli.argvs) == 4
 
 
 # stage: the job's directory made, its run taken and its script written, then submitted, in one run.
@@ -1170,3 +1173,38 @@ def test_a_job_of_this_cluster_alone_is_looked_up_without_the_federation(slurm_c
     slurm_cli.answer(["scontrol", "show", "job", "-o", str(job_id)], out=job_output("running", job_id=job_id))
     assert run_module({"job_id": job_id, "wait": False}).result["state"] == "RUNNING"
     assert slurm_cli.argvs == [["scontrol", "show", "job", "-o", str(job_id)] + (["--local"] if local else [])]
+
+
+def test_after_a_node_failure_the_jobs_nodes_are_looked_up_to_name_the_failed_one(slurm_cli, clock, job_output,
+                                                                                 slurm_output):
+    """Slurm's record of a NODE_FAIL job does not say which node failed: the module asks sinfo in
+    the run that saw the end, and returns the job's nodes as it shows them."""
+    slurm_cli.answer(SCONTROL, out=job_output("node_fail"))
+    slurm_cli.answer(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%c|%G"], out=slurm_output("sinfo_nodes_down.txt"))
+    states = run_module({"job_id": 1234}).result["node_states"]
+    assert {name: (node["state"], node["markers"]) for name, node in states.items()} == {
+        "rec1": ("idle", ""), "rec2": ("down", "*")}
+
+
+def test_a_job_that_ended_otherwise_asks_sinfo_nothing(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("failed"))
+    result = run_module({"job_id": 1234}).result
+    assert result["node_states"] is None and [argv[0] for argv in slurm_cli.argvs] == ["scontrol"]
+
+
+def test_collect_files_returns_the_finished_jobs_log_and_script_read_in_the_run_that_saw_the_end(
+        slurm_cli, clock, tmp_path, job_output, monkeypatch):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli)
+    (run_dir / "train-ddp-1234.out").write_text("[rank0] training complete\n")
+    (tmp_path / "secret").write_text("not the job's\n")
+    (run_dir / "train-ddp.sbatch").symlink_to(tmp_path / "secret")  # planted: not followed
+    result = run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs"), "collect_files": True}).result
+    assert {path: base64.b64decode(text) for path, text in result["collected_files"].items()} == {
+        str(run_dir / "train-ddp-1234.out"): b"[rank0] training complete\n"}
+    # A file over what is left of the budget is left for the controller to fetch.
+    monkeypatch.setattr(slurm_job, "COLLECT_INLINE_MAX_BYTES", 10)
+    slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(run_dir)))
+    assert run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs"), "collect_files": True}).result[
+        "collected_files"] == {}
+    slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(run_dir)))
+    assert run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")}).result["collected_files"] is None

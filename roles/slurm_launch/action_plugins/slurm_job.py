@@ -10,7 +10,13 @@ previous one (``progress_from``), so Slurm is asked no more often than by one lo
 With ``stage`` (the job_dir module's options: the job's directory, code and files), the code is
 listed and hashed here, as the job_dir action plugin does it (CodeToStage): small code goes with
 the module's first run, which stages and submits; larger code is sent as a file only when that
-run finds it missing, and the module runs again with it.
+run finds it missing, and the module runs again with it. ``stage.expect_files_message`` is the
+task's message when a file of ``stage.expect_files`` is missing (nothing is staged then).
+
+With ``collect`` (job_outputs.COLLECT_SPEC: the outputs folder, the jobs' root, the sweep's
+points), a job that is final when the task ends has its outputs written on the controller here,
+from the module's last answer (``collect_files``): job.json, summary.txt, its log and script. The
+summary is shown, and a job that did not succeed fails the task, with its log's last lines.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import importlib.util
 import os
 import time
 
+from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -30,6 +37,11 @@ _JOB_DIR_SPEC = importlib.util.spec_from_file_location(
     "_slurm_job_job_dir_action", os.path.join(os.path.dirname(os.path.abspath(__file__)), "job_dir.py"))
 _job_dir_action = importlib.util.module_from_spec(_JOB_DIR_SPEC)
 _JOB_DIR_SPEC.loader.exec_module(_job_dir_action)
+# The outputs of a finished job, written on the controller (job_outputs.py beside this one).
+_COLLECT_SPEC = importlib.util.spec_from_file_location(
+    "_slurm_job_job_outputs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "job_outputs.py"))
+_job_outputs = importlib.util.module_from_spec(_COLLECT_SPEC)
+_COLLECT_SPEC.loader.exec_module(_job_outputs)
 
 # Arguments that only the submission needs; later slices follow the job by its id.
 SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage")
@@ -70,6 +82,50 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         super().run(tmp, task_vars)
         args = dict(self._task.args)
+        collect = args.pop("collect", None)
+        if collect is not None:
+            collect = self.collect_options(collect)
+            args["collect_files"] = True
+        result = self.follow(args, task_vars)
+        files = result.pop("collected_files", None) or {}
+        staged = result.get("staged") or {}
+        if staged.get("missing_files") and (self._task.args.get("stage") or {}).get("expect_files_message"):
+            result.update(failed=True, msg=self._task.args["stage"]["expect_files_message"])
+            return result
+        if collect is None or not result.get("final"):
+            return result
+        job = {**result, "collected_files": files}
+        wanted = _job_outputs._rules.collected_paths(job, collect["jobs_dir"])
+        collected, failure = _job_outputs.collect(self, job, collect, staged, wanted, task_vars, display)
+        result["collected"] = collected
+        result["changed"] = bool(result.get("changed")) or collected["changed"]
+        if failure is not None:
+            # The job's own failure, now with its outputs and log tail; the module's message said less.
+            result.update(failed=True, msg=failure)
+        elif not (result.get("failed") and result.get("outcome") == "succeeded"):
+            # A job cancelled as asked; a succeeded job fails the task only for the module's own reasons
+            # (its run record could not be written).
+            result["failed"] = False
+            result.pop("msg", None)
+        return result
+
+    @staticmethod
+    def collect_options(given):
+        if not isinstance(given, dict):
+            raise AnsibleActionFail(f"slurm_job: collect must be a dict of {', '.join(_job_outputs.COLLECT_SPEC)}")
+        unknown = sorted(set(given) - set(_job_outputs.COLLECT_SPEC))
+        missing = [key for key, spec in _job_outputs.COLLECT_SPEC.items() if spec.get("required") and not given.get(key)]
+        if unknown or missing:
+            raise AnsibleActionFail(f"slurm_job: collect has unknown keys {unknown} or lacks {missing} "
+                                    f"(keys: {', '.join(_job_outputs.COLLECT_SPEC)})")
+        options = {key: given.get(key, spec.get("default")) for key, spec in _job_outputs.COLLECT_SPEC.items()}
+        for key, spec in _job_outputs.COLLECT_SPEC.items():
+            if spec["type"] == "bool":
+                options[key] = boolean(options[key], strict=False)
+        return options
+
+    def follow(self, args, task_vars):
+        """Stage and submit (or find the job given), then follow it in slices until it is final."""
         code = None
         if args.get("stage"):
             code = _job_dir_action.CodeToStage(args["stage"])

@@ -1,0 +1,158 @@
+"""job_outputs (the slurm_job action plugin's collect): a finished job's outputs written on the
+controller from the module's last answer, a file it did not return fetched over the open
+connection, job.json and summary.txt made there, the summary shown, and a job that did not
+succeed given its failure message; check mode writes nothing; a rerun changes nothing.
+
+The submit host is a stand-in: its fetch_file copies a file of this machine, as the ssh
+connection's sftp transfer does, and raises as that transfer does for a file that is not there."""
+
+import base64
+import importlib.util
+import json
+import shutil
+from types import SimpleNamespace
+
+import pytest
+from ansible.errors import AnsibleError
+
+from conftest import PROJECT_ROOT
+
+PLUGIN = PROJECT_ROOT / "roles" / "slurm_launch" / "action_plugins" / "job_outputs.py"
+spec = importlib.util.spec_from_file_location("job_outputs_under_test", PLUGIN)
+job_outputs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(job_outputs)
+
+
+class SubmitHost:
+    become = None
+
+    def __init__(self):
+        self.fetched = []
+
+    def fetch_file(self, remote, local):
+        self.fetched.append(remote)
+        try:
+            shutil.copyfile(remote, local)
+        except OSError as error:
+            raise AnsibleError(f"failed to transfer file to {local}: {error}") from None
+
+
+class Shown:
+    def __init__(self):
+        self.lines = []
+
+    def display(self, line):
+        self.lines.append(line)
+
+
+def no_module(*_, **__):
+    raise AssertionError("collecting ran a module")
+
+
+@pytest.fixture
+def nas(tmp_path):
+    run = tmp_path / "nas" / "jobs" / "alice" / "train" / "runs" / "1"
+    run.mkdir(parents=True)
+    (run / "train-7.out").write_text("[rank0] training complete\n")
+    (run / "train.sbatch").write_text("#!/bin/bash\n")
+    return run
+
+
+def finished(run, **overrides):
+    """The slurm_job module's answer for job 7, final."""
+    job = {"job_id": 7, "name": "train", "user": "alice", "partition": "gpu", "state": "COMPLETED",
+           "outcome": "succeeded", "exit_code": 0, "exit_signal": 0, "reason": None, "nodes": ["node110", "node111"],
+           "elapsed_seconds": 12, "restarts": 0, "stdout_path": str(run / "train-7.out"),
+           "stderr_path": str(run / "train-7.out"), "log_tail": ["[rank0] training complete"], "final": True,
+           "submitted": True, "found_existing": False, "tasks": None, "tasks_done": None, "tasks_total": None,
+           "node_states": None, "collected_files": {}}
+    job.update(overrides)
+    return job
+
+
+STAGED = {"run_id": 1, "resumed": False, "code": {"hash": "abc123", "files": 3, "copied": True, "git_commit": ""}}
+
+
+def collect(tmp_path, job, check_mode=False, **options):
+    host, shown = SubmitHost(), Shown()
+    action = SimpleNamespace(_connection=host, _task=SimpleNamespace(check_mode=check_mode), _execute_module=no_module)
+    options = {"outputs_dir": str(tmp_path / "outputs"), "jobs_dir": str(tmp_path / "nas" / "jobs"), "points": [],
+               "cancelled": False, "private": False, **options}
+    wanted = job_outputs._rules.collected_paths(job, options["jobs_dir"])
+    collected, failure = job_outputs.collect(action, job, options, STAGED, wanted, {}, shown)
+    return collected, failure, host, shown
+
+
+def test_the_files_the_module_returned_are_written_with_no_transfer_and_the_summaries_made(tmp_path, nas):
+    job = finished(nas, collected_files={str(nas / name): base64.b64encode((nas / name).read_bytes()).decode()
+                                         for name in ("train-7.out", "train.sbatch")})
+    (nas / "train-7.out").write_text("changed on the NAS since the module read it\n")
+    collected, failure, host, shown = collect(tmp_path, job)
+    outputs = tmp_path / "outputs" / "train-7"
+    assert (collected["dest"], collected["changed"], failure, host.fetched) == (str(outputs), True, None, [])
+    assert sorted(p.name for p in outputs.iterdir()) == ["job.json", "summary.txt", "train-7.out", "train.sbatch"]
+    assert (outputs / "train-7.out").read_text() == "[rank0] training complete\n", "what the module read"
+    record = json.loads((outputs / "job.json").read_text())
+    assert (record["state"], record["run"], record["run_line"], record["failed_nodes"]) == ("COMPLETED", 1, "fresh run 1", "")
+    assert record["code"]["hash"] == "abc123" and "collected_files" not in record and "final" not in record
+    summary = (outputs / "summary.txt").read_text()
+    assert summary == "\n".join(shown.lines) + "\n"
+    assert shown.lines[:4] == ["job        7 (train)", "run        fresh run 1", "state      COMPLETED, exit code 0",
+                               "nodes      node110,node111"]
+    assert "code       code abc123 (3 files) copied to the NAS" in shown.lines
+    assert outputs.stat().st_mode & 0o777 == 0o755
+    again, _, _, _ = collect(tmp_path, job)
+    assert again["changed"] is False, "a rerun changes nothing"
+
+
+def test_a_file_the_module_did_not_return_comes_over_the_connection_and_one_missing_is_left_out(tmp_path, nas):
+    job = finished(nas, tasks=[{"task": 0, "state": "COMPLETED", "exit_code": 0, "stdout_path": str(nas / "train-7_0.out")}],
+                   tasks_done=1, tasks_total=1)
+    collected, _, host, _ = collect(tmp_path, job, private=True)
+    assert host.fetched == [str(nas / name) for name in ("train-7.out", "train.sbatch", "train-7_0.out", "sweep.tsv")]
+    assert collected["not_fetched"] == [str(nas / "train-7_0.out"), str(nas / "sweep.tsv")]
+    assert (tmp_path / "outputs" / "train-7").stat().st_mode & 0o777 == 0o700, "the job's env may carry tokens"
+
+
+def test_only_the_jobs_own_directory_under_the_users_jobs_comes_back(tmp_path, nas):
+    elsewhere = tmp_path / "etc" / "shadow.out"
+    assert job_outputs._rules.collected_paths(finished(nas, stdout_path=str(elsewhere)), str(tmp_path / "nas" / "jobs")) == []
+    sneaky = finished(nas, tasks=[{"task": 0, "stdout_path": str(nas / ".." / ".." / "other.out")}])
+    assert str(nas.parents[1] / "other.out") not in job_outputs._rules.collected_paths(sneaky, str(tmp_path / "nas" / "jobs"))
+    assert job_outputs._rules.collected_paths(finished(nas, user="bob"), str(tmp_path / "nas" / "jobs")) == []
+
+
+def test_a_failed_job_gets_its_message_with_failed_nodes_and_log_tail(tmp_path, nas):
+    job = finished(nas, state="NODE_FAIL", outcome="node_failure", exit_code=0, reason="NodeDown",
+                   node_states={"node110": {"state": "allocated", "markers": ""}, "node111": {"state": "down", "markers": "*"}},
+                   log_tail=["step=5", "srun: error: node111: task 1: Killed"])
+    collected, failure, _, shown = collect(tmp_path, job)
+    outputs = tmp_path / "outputs" / "train-7"
+    assert failure == (f"job 7 (train) ended NODE_FAIL, exit code 0, reason NodeDown; failed nodes: node111 (down*); "
+                       f"outputs in {outputs}\nlast lines of {nas / 'train-7.out'}:\nstep=5\nsrun: error: node111: task 1: Killed")
+    assert json.loads((outputs / "job.json").read_text())["failed_nodes"] == "node111 (down*)"
+    assert "failed     node111 (down*)" in shown.lines
+
+
+def test_a_job_cancelled_as_asked_is_no_failure(tmp_path, nas):
+    _, failure, _, _ = collect(tmp_path, finished(nas, state="CANCELLED", outcome="cancelled"), cancelled=True)
+    assert failure is None
+
+
+def test_check_mode_predicts_and_writes_nothing(tmp_path, nas):
+    collected, _, _, _ = collect(tmp_path, finished(nas), check_mode=True)
+    assert collected["changed"] is True and not (tmp_path / "outputs").exists()
+
+
+def test_a_link_where_the_outputs_folder_goes_is_refused(tmp_path, nas):
+    target = tmp_path / "someone-elses"
+    target.mkdir()
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "train-7").symlink_to(target)
+    with pytest.raises(AnsibleError, match=r"is not a directory \(a link or a file is there\)"):
+        collect(tmp_path, finished(nas))
+    assert list(target.iterdir()) == []
+
+
+def test_a_job_name_from_slurm_makes_one_path_component(tmp_path, nas):
+    assert job_outputs.outputs_folder("/out", {"name": "../x y", "job_id": 7}) == "/out/.._x_y-7"
