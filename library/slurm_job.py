@@ -139,6 +139,43 @@ options:
         temporary directory on the host for Slurm's prediction (C(sbatch --test-only)), which is
         removed again.
     type: dict
+  nodes:
+    description:
+      - Before anything is staged, check the job's nodes against Slurm in this module run, with one
+        C(sinfo). Slurm must know them; they must share a partition (the one given, else the
+        node group's, named alike, else the first they share); the inventory's counts of their
+        CPUs and GPUs must be Slurm's; enough of them must be usable. A failed check fails
+        the task with its message, and nothing is made or submitted.
+      - The partition found stands for O(stage)'s C(partition) placeholder in the job's files.
+      - RV(nodes_checked) has the partition, the unusable nodes of a group's job, and notes on
+        usable nodes that may delay it (powered down, planned, reserved, ...).
+    type: dict
+    suboptions:
+      names:
+        description: The job's nodes (expanded node names, as the launch's inventory plan lists them).
+        type: list
+        elements: str
+        required: true
+      num_nodes:
+        description: How many of them the job needs.
+        type: int
+        required: true
+      partition:
+        description: The partition asked for; empty for the node group's (or the first the nodes share).
+        type: str
+        default: ""
+      group:
+        description: The node group asked for (C(-e group=)); its job may leave unusable nodes out.
+        type: str
+        default: ""
+      node_group:
+        description: The inventory's node group of the nodes, whose partition is named alike.
+        type: str
+        default: ""
+      inventory:
+        description: Each node's C(cluster_node_cpus) and C(cluster_node_gpus) in the inventory, compared with Slurm's.
+        type: dict
+        default: {}
   end_marker:
     description:
       - A file the job writes when its batch script ends (C(%j) stands for the job id), on a
@@ -300,6 +337,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+nodes_checked:
+  description:
+    - With O(nodes), what the check of the nodes against Slurm found. C(partition); C(unusable),
+      each unusable node's state; C(notes), one line per usable node that may delay the job.
+  returned: always (null without O(nodes))
+  type: dict
+  sample: {"partition": "gpu_A6000", "unusable": {}, "notes": ["node111 (idle~) is powered down: it boots first"]}
 collected_files:
   description:
     - With O(collect_files), when the job is final, the job's files read on the host, as
@@ -593,6 +637,7 @@ from ansible.module_utils.slurm import (
     array_summary,
     array_tasks_of_sacct,
     backoff_delays,
+    check_job_nodes,
     is_transient_error,
     job_state,
     parse_sacct,
@@ -606,6 +651,7 @@ from ansible.module_utils.slurm import (
     retry_command,
     sacct_query,
     validate_job_name,
+    validate_node_name,
 )
 
 ARGUMENT_SPEC = {
@@ -634,6 +680,14 @@ ARGUMENT_SPEC = {
     "private_output": {"type": "bool", "default": False},
     "run_records": {"type": "path"},
     "collect_files": {"type": "bool", "default": False},
+    "nodes": {"type": "dict", "options": {
+        "names": {"type": "list", "elements": "str", "required": True},
+        "num_nodes": {"type": "int", "required": True},
+        "partition": {"type": "str", "default": ""},
+        "group": {"type": "str", "default": ""},
+        "node_group": {"type": "str", "default": ""},
+        "inventory": {"type": "dict", "default": {}},
+    }},
 }
 
 CLUSTERS_RULE = ("the module follows jobs of the local cluster only (its queries have no -M); submit from a host "
@@ -1011,7 +1065,7 @@ class SlurmJobRunner:
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
             nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
-            staged=None, end_marker=self.params["end_marker"], collected_files=None, node_states=None,
+            staged=None, end_marker=self.params["end_marker"], collected_files=None, node_states=None, nodes_checked=None,
         )
 
     def finish(self, msg=None):
@@ -1238,20 +1292,43 @@ class SlurmJobRunner:
 
     def present(self):
         if self.params["job_id"] is None:
+            known = self.check_nodes() if self.params["nodes"] is not None else {}
             with tempfile.TemporaryDirectory(prefix="slurm-job-prediction-") as scratch:
-                if self.params["stage"] is not None and not self.stage(scratch):
+                if self.params["stage"] is not None and not self.stage(scratch, known):
                     return  # nothing to submit yet: RV(staged) says why
                 self.submit_or_find()
         if self.result["job_id"] is not None:
             self.fail_unless_succeeded(self.watch(self.result["job_id"]))
 
-    def stage(self, scratch):
+    def check_nodes(self):
+        """O(nodes) against one sinfo, before anything is made; the values found for the
+        placeholders (the partition)."""
+        request = self.params["nodes"]
+        try:
+            for name in request["names"]:
+                validate_node_name(name)
+        except ValueError as error:
+            self.finish(f"nodes: {error}")
+        rc, out, err = self.slurm.run(["sinfo", "-h", "-N", "-o", SINFO_NODES_FORMAT])
+        if rc != 0:
+            self.finish(f"sinfo failed: {err.strip() or 'exit ' + str(rc)}")
+        try:
+            known = parse_sinfo_nodes(out)
+        except (SlurmParseError, ValueError) as error:
+            self.finish(f"could not read sinfo's answer: {error}")
+        checked = check_job_nodes(known, request)
+        if checked["problem"]:
+            self.finish(checked["problem"])
+        self.result["nodes_checked"] = {key: checked[key] for key in ("partition", "unusable", "notes")}
+        return {"partition": checked["partition"]}
+
+    def stage(self, scratch, known):
         """Stage the job (the job_dir module's rules) and fill the placeholders of O(script), O(chdir)
         and O(end_marker) in; in check mode, the script as it would be written goes to ``scratch``
         for Slurm's prediction. False when there is nothing to submit yet."""
         params, check_mode = self.params, self.module.check_mode
         try:
-            staged = stage(params["stage"], check_mode)
+            staged = stage(params["stage"], check_mode, known)
             words = check_placeholders(params["stage"]["placeholders"])
         except Refused as error:
             self.finish(str(error))

@@ -106,26 +106,11 @@ from ansible.module_utils.slurm import (
     SINFO_NODES_FORMAT,
     SlurmParseError,
     compress_hostlist,
-    expand_hostlist,
     is_transient_error,
     parse_sinfo_nodes,
+    requested_names,
     retry_command,
-    validate_node_name,
 )
-
-
-def requested_names(nodes):
-    """Expand a hostlist string, or a list of them, keeping the order and dropping repeats."""
-    items = [nodes] if isinstance(nodes, str) else list(nodes or [])
-    names = []
-    for item in items:
-        if not isinstance(item, str):
-            raise ValueError(f"invalid node list item {item!r}: give node names or Slurm hostlists")
-        for name in expand_hostlist(item) if item.strip() else []:
-            validate_node_name(name)  # node..1 and -x expand, yet are no host names
-            if name not in names:
-                names.append(name)
-    return names
 
 
 def main():

@@ -2,9 +2,9 @@
 
 Shipped to managed hosts as ``ansible.module_utils.cluster_rules`` (standard library only) and
 loaded by roles/cluster/filter_plugins/cluster_rules.py for the roles, so that a module and a
-role never disagree about what a safe path is, which inventory groups are node groups, which
-partition a node group's jobs use, what the NCCL env file of a group is called, or which run of
-a job name a log belongs to.
+role never disagree about what a safe path is, which inventory groups are node groups, what the
+NCCL env file of a group is called, which run of a job name a log belongs to, or which of a
+finished job's files come back.
 """
 
 from __future__ import annotations
@@ -96,16 +96,6 @@ def nodes_node_group(nodes, nodes_vars, groups):
             + "; ".join(f"{', '.join(members)} in {group}" for group, members in sorted(found.items()))
             + "; pick nodes of one group (-e group=GROUP)")
     return next(iter(found))
-
-
-def job_partition(given, group, common_partitions):
-    """The partition a job runs in: the one given, else its node group's (named alike) when its
-    nodes are in it, else the first partition all its nodes share; '' when there is none."""
-    if given:
-        return given
-    if group and group in common_partitions:
-        return group
-    return common_partitions[0] if common_partitions else ""
 
 
 # ---------------------------------------------------------------------------

@@ -215,9 +215,9 @@ def check_placeholders(placeholders):
     """{what: word} for the placeholders given; a word short enough to occur by chance, or one
     inside another, is refused."""
     given = {key: word for key, word in (placeholders or {}).items() if word}
-    unknown = sorted(set(given) - set(PLACEHOLDER_PATHS))
+    unknown = sorted(set(given) - set(PLACEHOLDER_VALUES))
     if unknown:
-        raise Refused(f"placeholders: {', '.join(unknown)} unknown; give {' and '.join(PLACEHOLDER_PATHS)}")
+        raise Refused(f"placeholders: {', '.join(unknown)} unknown; give {', '.join(PLACEHOLDER_VALUES)}")
     for key, word in given.items():
         if len(word) < PLACEHOLDER_MIN_LENGTH or any(word in other for other in given.values() if other is not word):
             raise Refused(f"placeholders: {key}={word!r} must be a word of {PLACEHOLDER_MIN_LENGTH} characters or more "
@@ -229,7 +229,7 @@ def fill_placeholders(text, placeholders, staged):
     """``text`` with each placeholder word replaced by the path it stands for in ``staged`` (a
     stage() result): the paths that only the NAS knows until the run is taken."""
     for key, word in placeholders.items():
-        text = text.replace(word, PLACEHOLDER_PATHS[key](staged))
+        text = text.replace(word, PLACEHOLDER_VALUES[key](staged))
     return text
 
 
@@ -303,9 +303,10 @@ def write_job_files(params, files, placeholders, job_fd, uid, dry, result):
             os.close(fd)
 
 
-def stage(params, check_mode):
+def stage(params, check_mode, known=None):
     """Make the user's job directory, stage the code, take the run and write the job's files, in
     that order, as STAGE_SPEC's ``params`` say; returns the result the job_dir module documents.
+    ``known``: values a placeholder may stand for that the caller found out (the partition).
 
     Nothing is made while a file of O(expect_files) is missing; nothing past the code's directory
     while the code is missing and no archive of it came (the caller sends it and runs this again)."""
@@ -326,13 +327,16 @@ def stage(params, check_mode):
     dry = params["probe"] or check_mode
     files = check_files(params["files"])
     placeholders = check_placeholders(params["placeholders"])
+    if "partition" in placeholders and not (known or {}).get("partition"):
+        raise Refused("placeholders: partition stands for the partition the job's nodes share in Slurm, "
+                      "which only slurm_job's nodes check finds")
     root = params["jobs_root"]
     job_dir = os.path.join(root, user, params["job_name"])
     code_dir = os.path.join(job_dir, "code", code_hash) if code_hash else ""
     result = dict(changed=False, user=user, job_dir=job_dir, code_dir=code_dir, code_present=False,
                   code_copied=False, made=[], run_id=None, run_dir="", resumed=False, resumed_step=None,
                   run_reason="", missing_files=missing_files(params["expect_files"]), files_written=[],
-                  free_mb=None)
+                  free_mb=None, **(known or {}))
     if result["missing_files"] and not dry:
         return result  # the job would not find them: nothing is made for it
     if params["min_free_mb"] is not None:
@@ -422,10 +426,12 @@ def stage_code(params, code_fd, code_root, code_dir, uid, mode, dry, result):
     return True
 
 
-# What each placeholder of a job's files stands for, once the run is taken.
-PLACEHOLDER_PATHS = {
+# What each placeholder of a job's files stands for, once the run is taken (and, for slurm_job
+# with O(nodes), once sinfo said which partition the nodes share: stage()'s ``known``).
+PLACEHOLDER_VALUES = {
     "run_dir": lambda staged: staged["run_dir"] or staged["job_dir"],  # where the files go
     "code_dir": lambda staged: staged["code_dir"],
+    "partition": lambda staged: staged["partition"],
 }
 PLACEHOLDER_MIN_LENGTH = 16
 

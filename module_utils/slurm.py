@@ -918,6 +918,112 @@ def parse_sinfo_nodes(stdout):
     return nodes
 
 
+def _node_conditions(slurm_nodes):
+    for name, node in slurm_nodes.items():
+        refused, reasons = node_condition(node["state"], node["markers"])
+        yield name, node["state"] + node["markers"], refused, reasons
+
+
+def unusable_nodes(slurm_nodes):
+    """{name: "state+markers"} for the nodes of ``slurm_nodes`` (parse_sinfo_nodes' entries) that
+    Slurm gives no job until an administrator acts: down, drained, draining, failed, INVAL, not
+    responding."""
+    return {name: shown for name, shown, refused, _ in _node_conditions(slurm_nodes) if refused}
+
+
+def node_messages(slurm_nodes, refused=False):
+    """One line per node: why it is refused (``refused=True``), or what a job can expect of a usable
+    node that is not simply idle or mixed (powered down, planned, reboot pending, reserved, ...)."""
+    return [f"{name} ({shown}) {'; '.join(reasons)}" for name, shown, is_refused, reasons in _node_conditions(slurm_nodes)
+            if is_refused == bool(refused) and reasons]
+
+
+def node_resource_mismatches(slurm_nodes, inventory, group):
+    """One line per node whose cluster_node_cpus or cluster_node_gpus in the inventory (``inventory``:
+    {node: its variables}) differ from Slurm's node record (sinfo %c, scontrol's CPUTot; the gpu count
+    of its Gres), naming both values and the fix in ``group``'s group_vars.  A count the inventory
+    does not set, or a GRES this project cannot read, is not compared."""
+    found = []
+    for name, node in slurm_nodes.items():
+        ours = inventory.get(name) or {}
+        for what, theirs, field, var in (("CPUs", node.get("cpus"), "CPUTot", "cluster_node_cpus"),
+                                         ("GPUs", node.get("gpus"), "Gres", "cluster_node_gpus")):
+            if theirs is None or ours.get(var) in (None, ""):
+                continue
+            if int(ours[var]) != int(theirs):
+                found.append(f"{name}: the inventory says {int(ours[var])} {what}, Slurm says {int(theirs)} ({field}); "
+                             f"set {var}: {int(theirs)} in group_vars/{group or '<node group>'}.yml")
+    return found
+
+
+def job_partition(given, group, common_partitions):
+    """The partition a job runs in: the one given, else its node group's (named alike) when its
+    nodes are in it, else the first partition all its nodes share; '' when there is none."""
+    if given:
+        return given
+    if group and group in common_partitions:
+        return group
+    return common_partitions[0] if common_partitions else ""
+
+
+def check_job_nodes(known, request):
+    """The Slurm side of a job's node plan: its nodes as sinfo shows them (``known``:
+    parse_sinfo_nodes' result, all nodes or the job's) against ``request``: names, partition (the
+    one given, or ''), group (the node group asked for with -e group, or ''), node_group (the
+    inventory's node group of the nodes, or ''), num_nodes and inventory ({node: its
+    cluster_node_cpus and cluster_node_gpus}). In the order a user fixes them: nodes Slurm does
+    not know; no one partition; the inventory's counts disagreeing with Slurm's; too few usable
+    nodes. Returns partition, unusable, notes and ``problem``, the first failed check's message
+    ('' when none failed). The launch's own checks of the inventory come first, on the controller."""
+    names = list(request["names"])
+    group = request.get("group") or ""
+    found = {"partition": "", "unusable": {}, "notes": [], "problem": ""}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        return {**found, "problem": f"Slurm does not know: {', '.join(unknown)} (see sinfo -N)."}
+    slurm = {name: known[name] for name in names}
+    seen = [node["partitions"] for node in slurm.values()]
+    common = [partition for partition in seen[0] if all(partition in each for each in seen)] if seen else []
+    partition = job_partition(request.get("partition") or "", group or request.get("node_group") or "", common)
+    found["partition"] = partition
+    if partition not in common:
+        where = "; ".join(f"{name} is in {','.join(node['partitions'])}" for name, node in slurm.items())
+        return {**found, "problem": f"The nodes are not in one partition{' ' + partition if partition else ''}: "
+                                    f"{where}; pick nodes of one partition, or -e group=<partition> -e num_nodes=N."}
+    # The job asks for what the inventory says a node has; Slurm's count of the same node wins, so a
+    # disagreement (cores counted where Slurm counts threads) would shrink or refuse the job silently.
+    mismatches = node_resource_mismatches(slurm, request.get("inventory") or {},
+                                          request.get("node_group") or partition)
+    if mismatches:
+        return {**found, "problem": "; ".join(mismatches) + "."}
+    num_nodes = int(request["num_nodes"])
+    unusable = unusable_nodes(slurm)
+    found["unusable"] = unusable
+    if (unusable and not group) or len(names) - len(unusable) < num_nodes:
+        return {**found, "problem": (
+            f"{'; '.join(node_messages(slurm, True))}; {num_nodes} usable nodes are needed "
+            f"({len(names) - len(unusable)} of {len(names)} are usable). Pick other nodes, or ask an administrator "
+            "to mend the node and resume it ('scontrol update nodename=NODE state=resume').")}
+    # Usable nodes that delay the job (powered down, planned, reboot pending, reserved, ...): said, not refused.
+    found["notes"] = node_messages(slurm)
+    return found
+
+
+def requested_names(nodes):
+    """Expand a hostlist string, or a list of them, keeping the order and dropping repeats;
+    ValueError for what is no node name."""
+    items = [nodes] if isinstance(nodes, str) else list(nodes or [])
+    names = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"invalid node list item {item!r}: give node names or Slurm hostlists")
+        for name in expand_hostlist(item) if item.strip() else []:
+            validate_node_name(name)  # node..1 and -x expand, yet are no host names
+            if name not in names:
+                names.append(name)
+    return names
+
+
 # ---------------------------------------------------------------------------
 # Talking to a busy or restarting controller
 # ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ ARGUMENT_SPECS_FILE = ROLE / "meta" / "argument_specs.yml"
 CLUSTER_DEFAULTS_FILE = REPO / "roles" / "cluster" / "defaults" / "main.yml"
 # The long names start with this; derive.yml's _given keys are the rest of the name.
 PREFIX = "slurm_launch_"
-# The values derive.yml's "Check the values that reach the job script." gives job_value_problems
+# The values derive.yml's "Check the values that reach the job script, ..." gives job_value_problems
 # (its _given, by the short key the filter reads); tests/unit/test_api.py holds this list to that
 # task's, so that the two cannot drift apart.
 GIVEN_KEYS = ("jobs_dir", "account", "time_limit", "extra_directives", "env", "cuda_home", "conda_root",

@@ -181,5 +181,5 @@ def test_a_submit_host_with_too_old_a_python_is_refused_before_any_module_runs(c
     assert "set ansible_python_interpreter to it for this host" in output
     # The stand-in's own refusal never shows: no module ran with it.
     assert "only -V is answered" not in output
-    assert "Look up the nodes in Slurm" not in proc.stdout
+    assert "Stage the job on the NAS" not in proc.stdout
     assert next_job_id(cluster) == before

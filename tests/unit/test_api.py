@@ -135,7 +135,8 @@ def test_a_followed_job_has_no_values_to_check(monkeypatch):
 def test_the_checked_keys_are_the_ones_derive_yml_checks():
     """_rules.GIVEN_KEYS is derive.yml's _given: a key added there and not here fails this test."""
     tasks = yaml.safe_load((ROLE / "tasks" / "derive.yml").read_text())
-    check = next(task for task in tasks if task.get("name") == "Check the values that reach the job script.")
+    check = next(task for task in tasks
+                 if task.get("name") == "Check the values that reach the job script, the training script and the nodes.")
     assert tuple(check["vars"]["_given"]) == _rules.GIVEN_KEYS
     for key, expression in check["vars"]["_given"].items():
         assert f"slurm_launch_{key}" in expression or key == "script", (key, expression)

@@ -5,6 +5,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import slurm
 from ansible.errors import AnsibleFilterError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +115,7 @@ def test_the_node_groups_of_many_hosts_are_read_once_and_give_each_hosts_group()
     ("", "", [], ""),
 ])
 def test_the_partition_of_a_job(given, group, common, partition):
-    assert rules.job_partition(given, group, common) == partition
+    assert slurm.job_partition(given, group, common) == partition
 
 
 def test_the_nccl_env_file_of_a_node_group():
@@ -147,4 +148,4 @@ def test_a_host_whose_only_node_group_has_a_bad_name_is_refused_naming_it():
 
 
 def test_a_job_outside_its_groups_partition_runs_in_the_first_partition_its_nodes_share():
-    assert rules.job_partition("", "gpu_h100", ["batch", "debug"]) == "batch"
+    assert slurm.job_partition("", "gpu_h100", ["batch", "debug"]) == "batch"

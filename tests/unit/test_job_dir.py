@@ -522,7 +522,9 @@ def test_check_mode_fills_the_placeholders_of_the_planned_run_and_compares_with_
 @pytest.mark.parametrize("words, message", [
     ({"run_dir": "/short"}, r"placeholders: run_dir='/short' must be a word of 16 characters or more"),
     ({"run_dir": RUN_WORD, "code_dir": RUN_WORD + "/x"}, r"placeholders: run_dir=.* that no other placeholder contains"),
-    ({"job_dir": RUN_WORD}, r"placeholders: job_dir unknown; give run_dir and code_dir"),
+    ({"job_dir": RUN_WORD}, r"placeholders: job_dir unknown; give run_dir, code_dir, partition"),
+    # The job_dir module runs no sinfo: nothing would fill it in.
+    ({"partition": "partition-0123456789abcdef"}, r"placeholders: partition stands for the partition the job's nodes"),
 ])
 def test_placeholders_that_could_occur_by_chance_are_refused_before_anything_is_made(tmp_path, jobs, words, message):
     with pytest.raises(job_dirs.Refused, match=message):

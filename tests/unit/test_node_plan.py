@@ -122,3 +122,26 @@ def test_each_nodes_variables_are_read_once():
                                                                                   "num_nodes": 200})
     assert found["problem"] == "" and found["node_group"] == "big" and found["num_nodes"] == 200
     assert hostvars.reads == {name: 1 for name in names}
+
+
+def inventory_plan(nodes, hostvars=HOSTVARS, **request):
+    return node_health.node_inventory_plan(nodes, hostvars, GROUPS, {**REQUEST, **request})
+
+
+def test_the_launchs_plan_from_the_inventory_asks_slurm_nothing_and_lists_what_its_module_run_checks():
+    found = inventory_plan("node[110-111]")
+    assert found == {"names": ["node110", "node111"], "hostlist": "node[110-111]", "node_group": "gpu_A6000",
+                     "num_nodes": 2, "node_gpus": 8, "node_cpus": 16, "problem": "",
+                     "inventory": {"node110": {"cluster_node_cpus": 16, "cluster_node_gpus": 8},
+                                   "node111": {"cluster_node_cpus": 16, "cluster_node_gpus": 8}}}
+    assert inventory_plan(["node110", "node111"], group="gpu_A6000", num_nodes="1")["num_nodes"] == 1
+
+
+@pytest.mark.parametrize(("nodes", "request_", "problem"), [
+    ("node[110-", {}, "invalid node list 'node[110-': "),
+    (["node110", "login01"], {}, "Not compute nodes of the inventory: login01 (known: node110, node111, h1)."),
+    (["node110", "h1"], {}, "the nodes are not of one node group, so no one NCCL env file fits them"),
+    (["node110"], {"gpus_per_node": 9}, "The request does not fit: num_nodes=1 of 1 nodes, gpus_per_node=9 of 8 GPUs"),
+])
+def test_the_launchs_plan_refuses_what_the_inventory_alone_says_is_wrong(nodes, request_, problem):
+    assert inventory_plan(nodes, **request_)["problem"].startswith(problem)

@@ -1208,3 +1208,45 @@ def test_collect_files_returns_the_finished_jobs_log_and_script_read_in_the_run_
         "collected_files"] == {}
     slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(run_dir)))
     assert run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")}).result["collected_files"] is None
+
+
+PARTITION_WORD = "partition-0123456789abcdef"
+SINFO = ["sinfo", "-h", "-N", "-o", "%N|%P|%T|%c|%G"]
+
+
+def nodes_request(tmp_path, **nodes):
+    request = staged_request(tmp_path)
+    request["stage"]["files"][0]["content"] = f"#SBATCH --partition={PARTITION_WORD}\n" + STAGED_SCRIPT
+    request["stage"]["placeholders"]["partition"] = PARTITION_WORD
+    request["nodes"] = {"names": ["rec1", "rec2"], "num_nodes": 2, "node_group": "gpu",
+                        "inventory": {"rec1": {"cluster_node_cpus": 2}, "rec2": {"cluster_node_cpus": 2}}, **nodes}
+    return request
+
+
+def test_the_nodes_are_checked_against_sinfo_and_their_partition_fills_the_script_in(slurm_cli, clock, tmp_path,
+                                                                                     slurm_output, job_output):
+    slurm_cli.answer(SINFO, out=slurm_output("sinfo_nodes_busy.txt"))
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    outcome = run_module(nodes_request(tmp_path))
+    assert outcome.failed is False, outcome.result.get("msg")
+    script = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp" / "runs" / "1" / "train-ddp.sbatch"
+    assert script.read_text().startswith("#SBATCH --partition=gpu\n")
+    assert outcome.result["nodes_checked"]["partition"] == "gpu" and outcome.result["submitted"] is True
+
+
+@pytest.mark.parametrize(("sinfo", "nodes", "problem"), [
+    ("sinfo_nodes_busy.txt", {"names": ["rec1", "rec9"]}, "Slurm does not know: rec9 (see sinfo -N)."),
+    ("sinfo_nodes_busy.txt", {"inventory": {"rec1": {"cluster_node_cpus": 8}}},
+     "rec1: the inventory says 8 CPUs, Slurm says 2 (CPUTot); set cluster_node_cpus: 2 in group_vars/gpu.yml."),
+    ("sinfo_nodes_down.txt", {}, "rec2 (down*) "),
+    ("sinfo_nodes_busy.txt", {"partition": "debug"}, "The nodes are not in one partition debug: rec1 is in gpu"),
+])
+def test_nodes_slurm_refuses_fail_the_task_before_anything_is_made(slurm_cli, clock, tmp_path, slurm_output,
+                                                                    sinfo, nodes, problem):
+    slurm_cli.answer(SINFO, out=slurm_output(sinfo))
+    outcome = run_module(nodes_request(tmp_path, **nodes))
+    assert outcome.failed is True and outcome.result["msg"].startswith(problem), outcome.result["msg"]
+    assert list((tmp_path / "jobs").iterdir()) == [], "nothing is made for nodes Slurm refuses"
+    assert slurm_cli.argvs == [SINFO]

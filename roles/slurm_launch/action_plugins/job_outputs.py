@@ -40,7 +40,7 @@ def _load(path, name):
 _rules = _load(_ROLE.parents[1] / "module_utils" / "cluster_rules.py", "_job_outputs_cluster_rules")
 _runs = _load(_ROLE / "filter_plugins" / "runs.py", "_job_outputs_runs")
 _sweep = _load(_ROLE / "filter_plugins" / "sweep.py", "_job_outputs_sweep")
-_node_health = _load(_ROLE / "filter_plugins" / "node_health.py", "_job_outputs_node_health")
+_slurm_utils = _load(_ROLE.parents[1] / "module_utils" / "slurm.py", "_job_outputs_slurm_utils")
 _launch_code = _load(_ROLE / "filter_plugins" / "launch_code.py", "_job_outputs_launch_code")
 
 # What job.json keeps of the job.
@@ -73,7 +73,7 @@ def failed_nodes(job):
     states = job.get("node_states")
     if not states:
         return ""
-    return ", ".join(f"{name} ({state})" for name, state in _node_health.unusable_nodes(states).items())
+    return ", ".join(f"{name} ({state})" for name, state in _slurm_utils.unusable_nodes(states).items())
 
 
 def report(job, staged, points, outputs):

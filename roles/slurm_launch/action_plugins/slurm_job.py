@@ -44,7 +44,7 @@ _job_outputs = importlib.util.module_from_spec(_COLLECT_SPEC)
 _COLLECT_SPEC.loader.exec_module(_job_outputs)
 
 # Arguments that only the submission needs; later slices follow the job by its id.
-SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage")
+SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage", "nodes")
 
 
 def describe(result):
@@ -171,12 +171,17 @@ class ActionModule(ActionBase):
 
     def submit(self, code, args, task_vars):
         """The module's first run; with ``code`` (a CodeToStage), the code goes with it, or is sent
-        when that run finds it missing and the module runs again with it, which then submits."""
+        when that run finds it missing and the module runs again with it, which then submits. What
+        the nodes' check noted of usable nodes that may delay the job is shown."""
         if code is None:
-            return self._execute_module("slurm_job", module_args=args, task_vars=task_vars)
-        return code.stage(self, lambda extra: self._execute_module(
-            "slurm_job", module_args={**args, "stage": {**args["stage"], **extra}}, task_vars=task_vars),
-            self._task.check_mode, lambda answer: answer.get("staged"))
+            result = self._execute_module("slurm_job", module_args=args, task_vars=task_vars)
+        else:
+            result = code.stage(self, lambda extra: self._execute_module(
+                "slurm_job", module_args={**args, "stage": {**args["stage"], **extra}}, task_vars=task_vars),
+                self._task.check_mode, lambda answer: answer.get("staged"))
+        for note in (result.get("nodes_checked") or {}).get("notes") or []:
+            display.display(note)
+        return result
 
     def show(self, result, previous):
         if result.get("job_id") is None:

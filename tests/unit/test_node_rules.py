@@ -1,20 +1,14 @@
-"""roles/slurm_launch/filter_plugins/node_health.py: which nodes a launch refuses, from sinfo's
-answers as recorded (fixtures/slurm/sinfo_nodes_*.txt) and as slurm_nodes parses them."""
-
-import importlib.util
-from pathlib import Path
+"""module_utils/slurm.py's node rules (which nodes a launch refuses, the inventory's counts against
+Slurm's), from sinfo's answers as recorded (fixtures/slurm/sinfo_nodes_*.txt) and as slurm_nodes
+parses them."""
 
 import pytest
 import slurm
 
-PLUGIN = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "filter_plugins" / "node_health.py"
-spec = importlib.util.spec_from_file_location("node_health", PLUGIN)
-node_health = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(node_health)
 
 
 def unusable(sinfo_stdout):
-    return node_health.unusable_nodes(slurm.parse_sinfo_nodes(sinfo_stdout))
+    return slurm.unusable_nodes(slurm.parse_sinfo_nodes(sinfo_stdout))
 
 
 @pytest.mark.parametrize(("fixture", "refused"), [
@@ -57,13 +51,13 @@ def test_recorded_sinfo_answers(slurm_output, fixture, refused):
 def test_nodes_that_only_delay_the_job_pass_with_a_note(state, note):
     line = f"node111|gpu_A6000*|{state}|16|gpu:8\n"
     nodes = slurm.parse_sinfo_nodes(line)
-    assert node_health.unusable_nodes(nodes) == {}
-    notes = node_health.node_messages(nodes)
+    assert slurm.unusable_nodes(nodes) == {}
+    notes = slurm.node_messages(nodes)
     if note is None:
         assert notes == []
     else:
         assert len(notes) == 1 and notes[0].startswith(f"node111 ({state}) ") and note in notes[0], notes
-    assert node_health.node_messages(nodes, True) == []
+    assert slurm.node_messages(nodes, True) == []
 
 
 @pytest.mark.parametrize(("state", "reason"), [
@@ -84,8 +78,8 @@ def test_nodes_that_only_delay_the_job_pass_with_a_note(state, note):
 ])
 def test_down_drained_failed_and_not_responding_nodes_are_refused(state, reason):
     nodes = slurm.parse_sinfo_nodes(f"node111|gpu_A6000*|{state}|16|gpu:8\nnode110|gpu_A6000*|idle|16|gpu:8\n")
-    assert node_health.unusable_nodes(nodes) == {"node111": state}
-    refused = node_health.node_messages(nodes, True)
+    assert slurm.unusable_nodes(nodes) == {"node111": state}
+    refused = slurm.node_messages(nodes, True)
     assert len(refused) == 1 and refused[0].startswith(f"node111 ({state}) ") and reason in refused[0], refused
 
 
@@ -94,15 +88,15 @@ def test_the_recorded_states_of_each_slurm_version(slurm_output):
     # (blocked from 24.05, external from 25.05); only the drained node is refused.
     for version in ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11"):
         nodes = slurm.parse_sinfo_nodes(slurm_output(f"{version}/sinfo_nodes.txt"))
-        assert node_health.unusable_nodes(nodes) == {"rec4": "drained*"}, version
-        noted = [line.split(" ", 1)[0] for line in node_health.node_messages(nodes)]
+        assert slurm.unusable_nodes(nodes) == {"rec4": "drained*"}, version
+        noted = [line.split(" ", 1)[0] for line in slurm.node_messages(nodes)]
         assert noted[:2] == ["rec2", "rec3"], (version, noted)
 
 
 def test_a_state_this_launch_does_not_know_passes_with_a_note_saying_so():
     nodes = slurm.parse_sinfo_nodes("n1|gpu*|someday|2|gpu:2\n")
-    assert node_health.unusable_nodes(nodes) == {}
-    assert node_health.node_messages(nodes) == [
+    assert slurm.unusable_nodes(nodes) == {}
+    assert slurm.node_messages(nodes) == [
         "n1 (someday) is in state 'someday', which this launch does not know: Slurm decides whether the job waits"]
 
 
@@ -111,7 +105,7 @@ def test_an_inventory_counting_cores_where_slurm_counts_threads_is_named_with_bo
     nodes = slurm.parse_sinfo_nodes("node110|gpu_A6000*|idle|32|gpu:8\nnode111|gpu_A6000*|idle|32|gpu:8\n")
     hostvars = {"node110": {"cluster_node_cpus": 16, "cluster_node_gpus": 8},
                 "node111": {"cluster_node_cpus": "16", "cluster_node_gpus": "8"}}
-    assert node_health.node_resource_mismatches(nodes, hostvars, "gpu_A6000") == [
+    assert slurm.node_resource_mismatches(nodes, hostvars, "gpu_A6000") == [
         f"{name}: the inventory says 16 CPUs, Slurm says 32 (CPUTot); set cluster_node_cpus: 32 in "
         "group_vars/gpu_A6000.yml" for name in ("node110", "node111")]
 
@@ -119,13 +113,13 @@ def test_an_inventory_counting_cores_where_slurm_counts_threads_is_named_with_bo
 def test_gpus_that_differ_are_named_and_matching_counts_pass():
     nodes = slurm.parse_sinfo_nodes("n1|gpu*|idle|64|gpu:h100:4(S:0),gpu:h100:4(S:1)\nn2|gpu*|idle|64|gpu:h100:4(S:0)\n")
     hostvars = {"n1": {"cluster_node_cpus": 64, "cluster_node_gpus": 8}, "n2": {"cluster_node_cpus": 64, "cluster_node_gpus": 8}}
-    assert node_health.node_resource_mismatches(nodes, hostvars, "gpu_H100") == [
+    assert slurm.node_resource_mismatches(nodes, hostvars, "gpu_H100") == [
         "n2: the inventory says 8 GPUs, Slurm says 4 (Gres); set cluster_node_gpus: 4 in group_vars/gpu_H100.yml"]
 
 
 def test_counts_the_inventory_does_not_set_or_slurm_does_not_give_are_not_compared():
     nodes = slurm.parse_sinfo_nodes("n1|cpu*|idle|64|(null)\nn2|gpu*|idle|64|gpu:a100:no_consume:8\n")
     assert nodes["n1"]["gpus"] == 0 and nodes["n2"]["gpus"] is None
-    assert node_health.node_resource_mismatches(nodes, {"n1": {}, "n2": {"cluster_node_gpus": 2}}, "g") == []
-    assert node_health.node_resource_mismatches(nodes, {"n1": {"cluster_node_gpus": 2}}, "g") == [
+    assert slurm.node_resource_mismatches(nodes, {"n1": {}, "n2": {"cluster_node_gpus": 2}}, "g") == []
+    assert slurm.node_resource_mismatches(nodes, {"n1": {"cluster_node_gpus": 2}}, "g") == [
         "n1: the inventory says 2 GPUs, Slurm says 0 (Gres); set cluster_node_gpus: 0 in group_vars/g.yml"]
