@@ -156,3 +156,17 @@ def test_a_link_where_the_outputs_folder_goes_is_refused(tmp_path, nas):
 
 def test_a_job_name_from_slurm_makes_one_path_component(tmp_path, nas):
     assert job_outputs.outputs_folder("/out", {"name": "../x y", "job_id": 7}) == "/out/.._x_y-7"
+
+
+def test_a_job_not_final_yet_and_check_modes_prediction_are_one_line_each(nas):
+    job = finished(nas, final=False, state="PENDING", outcome=None)
+    assert job_outputs.report_line(job, STAGED, False) == (
+        "Job 7 (train) submitted, state PENDING, code abc123 (3 files) copied to the NAS. "
+        "Follow it with: ansible-playbook launch.yml -e job_id=7")
+    assert job_outputs.report_line({**job, "submitted": False, "found_existing": True}, {}, False) == (
+        "Job 7 (train) already pending or running: following it, state PENDING. "
+        "Follow it with: ansible-playbook launch.yml -e job_id=7")
+    predicted = {"job_id": None, "test_only": {"start": "2026-12-06T03:00:00", "nodes": ["node110", "node111"],
+                                               "partition": "gpu"}}
+    assert job_outputs.report_line(predicted, STAGED, True) == (
+        "Slurm would start the job at 2026-12-06T03:00:00 on node110,node111 in partition gpu")

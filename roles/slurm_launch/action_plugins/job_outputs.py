@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 """The outputs of a finished job on the controller, written by the slurm_job action plugin as the
-task that followed the job ends (its ``collect`` option): no further task, no module run.
+task that followed the job ends (its ``collect`` option): no further task, no module run. Of a
+launch whose job is not final yet (wait=false), or of check mode, the one line that says so.
 
 Into outputs/<name>-<job id>/ go the job's log and script (of a sweep, every point's log and its
 table), which the module read and returned with its last answer (``collected_files``; a file too
@@ -112,6 +113,21 @@ def report(job, staged, points, outputs):
                                f"{job.get('tasks_total', 0) - len(sweep['failed'])} completed"))
     lines = [f"{key:<10} {value}" for key, value in rows] + [f"  {line}" for line in (sweep["lines"] if tasks else [])]
     return record, lines, sweep
+
+
+def report_line(job, staged, check_mode):
+    """One line on a launch whose job is not final yet (wait=false), or check mode's prediction."""
+    if check_mode:
+        if job.get("found_existing"):
+            return f"Job {job.get('job_id')} ({job.get('name')}) is already pending or running; a launch would follow it."
+        predicted = job.get("test_only") or {}
+        return (f"Slurm would start the job at {predicted.get('start')} on {','.join(predicted.get('nodes') or [])} "
+                f"in partition {predicted.get('partition')}")
+    how = "submitted" if job.get("submitted") else "already pending or running: following it"
+    code = (staged or {}).get("code")
+    return (f"Job {job.get('job_id')} ({job.get('name')}) {how}, state {job.get('state')}"
+            f"{', ' + _launch_code.launch_code_line(code) if code else ''}. "
+            f"Follow it with: ansible-playbook launch.yml -e job_id={job.get('job_id')}")
 
 
 def failure_message(job, sweep, failed, outputs):

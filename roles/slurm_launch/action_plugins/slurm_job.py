@@ -16,7 +16,8 @@ task's message when a file of ``stage.expect_files`` is missing (nothing is stag
 With ``collect`` (job_outputs.COLLECT_SPEC: the outputs folder, the jobs' root, the sweep's
 points), a job that is final when the task ends has its outputs written on the controller here,
 from the module's last answer (``collect_files``): job.json, summary.txt, its log and script. The
-summary is shown, and a job that did not succeed fails the task, with its log's last lines.
+summary is shown, and a job that did not succeed fails the task, with its log's last lines. Of a
+job that is not final yet (wait=false), and in check mode, one line says what was done or predicted.
 """
 
 from __future__ import annotations
@@ -92,7 +93,12 @@ class ActionModule(ActionBase):
         if staged.get("missing_files") and (self._task.args.get("stage") or {}).get("expect_files_message"):
             result.update(failed=True, msg=self._task.args["stage"]["expect_files_message"])
             return result
-        if collect is None or not result.get("final"):
+        if collect is None:
+            return result
+        check_mode, following = bool(self._task.check_mode), self._task.args.get("job_id") is not None
+        if check_mode or not result.get("final"):
+            if not result.get("failed") and (not check_mode or not following):
+                display.display(_job_outputs.report_line(result, staged, check_mode))
             return result
         job = {**result, "collected_files": files}
         wanted = _job_outputs._rules.collected_paths(job, collect["jobs_dir"])
