@@ -215,7 +215,7 @@ def _fetch(action, src, folder, check, task_vars):
 
 
 def collect(action, job, options, staged, wanted, task_vars, display=None):
-    """Write the finished ``job``'s outputs (``wanted``: the paths job_dirs.collected_paths names,
+    """Write the finished ``job``'s outputs (``wanted``: the paths cluster_rules.collected_paths names,
     those the module returned in job['collected_files']) and show its summary. Returns
     ``(what was collected, the failure message or None)``."""
     check = bool(action._task.check_mode)
