@@ -903,8 +903,11 @@ def bench_provision(provisioners, reps):
 # ---------------------------------------------------------------------------------------------
 
 def scale_inventory(directory, count):
-    """An inventory with `count` nodes in group bench_big, and what fake Slurm answers for them."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """An inventory with `count` nodes in group bench_big, and what fake Slurm answers for them.
+    The inventory has a folder of its own: Ansible reads every file of an inventory folder as an
+    inventory source (fake Slurm's answers and the NAS beside it were read as INI inventories)."""
+    inventory = directory / "inventory"
+    inventory.mkdir(parents=True, exist_ok=True)
     names = [f"big{i:04d}" for i in range(1, count + 1)]
     nas = directory / "nas"
     (nas / "jobs").mkdir(parents=True, exist_ok=True)
@@ -918,9 +921,9 @@ def scale_inventory(directory, count):
             "hosts": {name: {"ansible_host": f"10.{90 + i // 65000}.{(i // 250) % 256}.{i % 250 + 1}"}
                       for i, name in enumerate(names)},
             "vars": {"cluster_node_gpus": 8, "cluster_node_cpus": 16}}}}}}}
-    (directory / "hosts.yml").write_text(json.dumps(hosts))
-    (directory / "group_vars").mkdir(exist_ok=True)
-    (directory / "group_vars" / "all.yml").write_text(json.dumps({
+    (inventory / "hosts.yml").write_text(json.dumps(hosts))
+    (inventory / "group_vars").mkdir(exist_ok=True)
+    (inventory / "group_vars" / "all.yml").write_text(json.dumps({
         "cluster_name": "benchbig", "cluster_nas_root": str(nas), "cluster_venv": str(REPO / ".venv")}))
     fake = directory / "fakeslurm"
     fake.mkdir(exist_ok=True)
@@ -929,7 +932,7 @@ def scale_inventory(directory, count):
     (fake / "sbatch-test-only.err").write_text(
         f"sbatch: Job 1 to start at 2030-01-01T00:00:00 using {16 * count} processors on nodes "
         f"big[0001-{count:04d}] in partition bench_big\n")
-    return directory, fake, names
+    return inventory, fake, names
 
 
 def bench_render(reps):

@@ -21,13 +21,8 @@ ROLE = REPO / "roles" / "slurm_launch"
 DEFAULTS_FILE = ROLE / "defaults" / "main.yml"
 ARGUMENT_SPECS_FILE = ROLE / "meta" / "argument_specs.yml"
 CLUSTER_DEFAULTS_FILE = REPO / "roles" / "cluster" / "defaults" / "main.yml"
-# The long names start with this; derive.yml's _given keys are the rest of the name.
+# The long names start with this; the request's keys (vars/main.yml's _slurm_launch_request) are the rest.
 PREFIX = "slurm_launch_"
-# The values derive.yml's "Check the values that reach the job script, ..." gives job_value_problems
-# (its _given, by the short key the filter reads); tests/unit/test_api.py holds this list to that
-# task's, so that the two cannot drift apart.
-GIVEN_KEYS = ("jobs_dir", "account", "time_limit", "extra_directives", "env", "cuda_home", "conda_root",
-              "conda_env", "venv", "nccl_env_dir", "rendezvous", "script", "script_args")
 
 
 def _load(name, path):
@@ -38,6 +33,8 @@ def _load(name, path):
 
 
 extra_vars = _load("extra_vars", ROLE / "action_plugins" / "slurm_launch_extra_vars.py")
+# The values a launch's slurm_launch_request task checks first (by the short key train_job reads).
+GIVEN_KEYS = _load("request", ROLE / "action_plugins" / "slurm_launch_request.py").GIVEN_KEYS
 train_job = _load("train_job", REPO / "roles" / "cluster" / "filter_plugins" / "train_job.py")
 script_path = _load("script_path", ROLE / "filter_plugins" / "script_path.py").script_path
 shell_words = _load("shell_words", ROLE / "filter_plugins" / "shell_words.py").shell_words

@@ -37,6 +37,17 @@ while _pending:
         _pending.remove(name)
 
 
+def init_plugin_loader():
+    """As ansible-playbook starts: ansible.builtin.* lookups resolve through the collection loader
+    (once per test session; Ansible warns when it is set up twice)."""
+    from ansible.plugins import loader
+
+    if not getattr(init_plugin_loader, "done", False):
+        loader.init_plugin_loader()
+        init_plugin_loader.done = True
+    return loader
+
+
 @pytest.fixture
 def slurm_output():
     """Text of a recorded Slurm command output under fixtures/slurm/."""

@@ -132,14 +132,13 @@ def test_a_followed_job_has_no_values_to_check(monkeypatch):
     assert calls and calls[0]["extravars"] == {"job_id": 12, "time_limit": "1h"}
 
 
-def test_the_checked_keys_are_the_ones_derive_yml_checks():
-    """_rules.GIVEN_KEYS is derive.yml's _given: a key added there and not here fails this test."""
-    tasks = yaml.safe_load((ROLE / "tasks" / "derive.yml").read_text())
-    check = next(task for task in tasks
-                 if task.get("name") == "Check the values that reach the job script, the training script and the nodes.")
-    assert tuple(check["vars"]["_given"]) == _rules.GIVEN_KEYS
-    for key, expression in check["vars"]["_given"].items():
-        assert f"slurm_launch_{key}" in expression or key == "script", (key, expression)
+def test_the_checked_keys_are_the_launchs_own_values():
+    """_rules.GIVEN_KEYS, the request check's (slurm_launch_request's), each reads slurm_launch_<key> in the
+    request the role passes it (vars/main.yml's _slurm_launch_request): a key renamed there fails this test."""
+    request = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_slurm_launch_request"]
+    assert _rules.GIVEN_KEYS and set(_rules.GIVEN_KEYS) <= set(request)
+    for key in _rules.GIVEN_KEYS:
+        assert request[key] == f"{{{{ slurm_launch_{key} }}}}", (key, request[key])
 
 
 class _Finished:

@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 
-from conftest import PROJECT_ROOT
+from conftest import PROJECT_ROOT, init_plugin_loader
 
 PLUGIN = PROJECT_ROOT / "roles" / "slurm_launch" / "action_plugins" / "slurm_job.py"
 spec = importlib.util.spec_from_file_location("slurm_job_action", PLUGIN)
@@ -335,3 +335,44 @@ def test_a_missing_expected_file_fails_the_task_with_the_tasks_message(tmp_path)
                                wait=False)
     assert (result["failed"], result["msg"]) == (True, "The NCCL env file /nas/env/nccl-gpu.sh is missing")
     assert "expect_files_message" not in calls[0]["stage"]
+
+
+def run_failing_module(answer, task_vars):
+    """The action's result when the module's first run gives no answer (as on a Python it cannot run
+    on) and the host's Python answers the probe with ``answer``; and the probe commands run."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    plugin_loader = init_plugin_loader()
+    task = SimpleNamespace(args={"script": "/nas/train.sbatch", "progress_every": 0}, async_val=0, check_mode=False,
+                           action="slurm_job")
+    loader = DataLoader()
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
+                                 plugin_loader)
+    failure = {"failed": True, "msg": "MODULE FAILURE: No start of json char found\nSee stdout/stderr for the exact "
+               "error", "module_stdout": "", "module_stderr": "python3.6 stand-in: only -V is answered", "rc": 1}
+    probes = []
+    with mock.patch.object(plugin, "_execute_module", return_value=dict(failure)), \
+            mock.patch.object(plugin, "_low_level_execute_command",
+                              side_effect=lambda cmd, **kwargs: probes.append(cmd) or {"rc": 0, "stdout": answer}), \
+            mock.patch.object(action.display, "display"):
+        return plugin.run(task_vars={"inventory_hostname": "login01", **task_vars}), probes
+
+
+def test_a_module_run_on_too_old_a_python_is_named_for_what_it_is():
+    result, probes = run_failing_module("/nas/py/python3.6 Python 3.6.8\n",
+                                        {"ansible_python_interpreter": "/nas/py/python3.6"})
+    assert result["failed"] is True
+    assert result["msg"].startswith("login01: ansible-core 2.19.")
+    assert "needs Python 3.8 or newer on the hosts it manages, and /nas/py/python3.6 is Python 3.6." in result["msg"]
+    assert "set ansible_python_interpreter to it for this host" in result["msg"]
+    assert "module_stderr" not in result
+    assert probes == ["printf '%s ' /nas/py/python3.6; /nas/py/python3.6 -V 2>&1 || true"]
+
+
+def test_a_module_failure_on_a_good_python_stays_the_modules_own():
+    result, probes = run_failing_module("/usr/bin/python3 Python 3.11.2\n", {})
+    assert result["msg"].startswith("MODULE FAILURE")
+    assert result["module_stderr"] == "python3.6 stand-in: only -V is answered"
+    # With ansible_python_interpreter unset, the probe tries the interpreters discovery would.
+    assert len(probes) == 1 and probes[0].startswith("for p in ") and "/usr/bin/python3" in probes[0]

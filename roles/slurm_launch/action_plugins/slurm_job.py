@@ -29,6 +29,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+from ansible.release import __version__ as ansible_version
 from ansible.utils.display import Display
 
 display = Display()
@@ -43,6 +44,13 @@ _COLLECT_SPEC = importlib.util.spec_from_file_location(
     "_slurm_job_job_outputs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "job_outputs.py"))
 _job_outputs = importlib.util.module_from_spec(_COLLECT_SPEC)
 _COLLECT_SPEC.loader.exec_module(_job_outputs)
+
+# The rule of which Python ansible-core runs modules on (the cluster role's target_python.py).
+_PY_SPEC = importlib.util.spec_from_file_location(
+    "_slurm_job_target_python",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cluster", "filter_plugins", "target_python.py"))
+_target_python = importlib.util.module_from_spec(_PY_SPEC)
+_PY_SPEC.loader.exec_module(_target_python)
 
 # Arguments that only the submission needs; later slices follow the job by its id.
 SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage", "nodes")
@@ -185,9 +193,31 @@ class ActionModule(ActionBase):
             result = code.stage(self, lambda extra: self._execute_module(
                 "slurm_job", module_args={**args, "stage": {**args["stage"], **extra}}, task_vars=task_vars),
                 self._task.check_mode, lambda answer: answer.get("staged"))
+        if result.get("failed") and "module_stderr" in result:
+            result = self.python_problem(result, task_vars)
         for note in (result.get("nodes_checked") or {}).get("notes") or []:
             display.display(note)
         return result
+
+    def python_problem(self, result, task_vars):
+        """A module run that gave no answer: when the host's Python is one ansible-core cannot run
+        modules on, say so, as the cluster role's target_python.yml would have before any module ran
+        (the launch skips that round trip; it only costs one here, after a failure)."""
+        config = self._shared_loader_obj.lookup_loader.get("ansible.builtin.config", loader=self._loader,
+                                                           templar=self._templar)
+        interpreter = task_vars.get("ansible_python_interpreter")
+        interpreter = (self._templar.template(interpreter) if interpreter
+                       else config.run(["INTERPRETER_PYTHON"], variables=task_vars)[0])
+        fallbacks = config.run(["INTERPRETER_PYTHON_FALLBACK"], variables=task_vars)[0]
+        answer = self._low_level_execute_command(_target_python.target_python_probe(interpreter, fallbacks),
+                                                 sudoable=False)
+        problem = _target_python.target_python_problem(answer.get("stdout", ""), task_vars.get("inventory_hostname"),
+                                                       ansible_version)
+        if not problem:
+            return result
+        # The module's own output is the old Python's refusal of it: the problem says what it means.
+        return {key: value for key, value in result.items() if key not in ("module_stdout", "module_stderr")} | {
+            "msg": problem}
 
     def show(self, result, previous):
         if result.get("job_id") is None:

@@ -1,0 +1,389 @@
+# -*- coding: utf-8 -*-
+"""Action plugin: check a launch's request and put its job together, on the controller, in one task.
+
+Everything a launch checks before it writes or submits anything, in the order a user fixes it,
+and the job script rendered: what were six tasks of asserts and set_facts, each a round of
+Ansible's task machinery (about 0.1 s), is one pass in Python here. The rules are the filters'
+(request_checks, node_health, sweep, script_path, shell_words, and the cluster role's train_job),
+loaded beside this plugin, so the launch, the preflight, the job templates and the Python API
+share one copy of each.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: slurm_launch_request
+short_description: Check a launch's request and put its job together, on the controller
+description:
+  - Refuses the C(-e) keys a launch does not know (as M(slurm_launch_extra_vars) does).
+  - Checks the request in the order a user fixes it and fails with the first problem found,
+    naming the value and what would be right. First the names given as text, where to run (a
+    node list, or a node group and a count, or a job id to follow), the counts and the node
+    group. With O(render), also the values that reach the job script (paths, names, time
+    limit, env, directives, a sweep), the training script on the controller, and the job's
+    nodes against the inventory (names, node group, counts, whether the request fits them).
+  - With O(render), puts the job together (the cluster role's C(train_job) values) and renders
+    its files: the job script from C(train.sbatch.j2), the GPU check C(gpu_check.py), and a
+    sweep's table. The run's and the code's directories and, unless given, the partition are
+    placeholders there, which the slurm_job module fills in as it stages the job.
+  - Sets its findings as facts (RV(ansible_facts)). Runs on the controller, changes nothing,
+    and runs the same in check mode.
+version_added: "0.1.0"
+author: ansible-slurm-train
+options:
+  request:
+    description:
+      - The role's values, by their short C(-e) names (C(nodes), C(group), C(script), ...); every
+        key of the role's request is required (see the role's C(tasks/derive.yml)).
+    type: dict
+    required: true
+  render:
+    description:
+      - Check the job's values, script and nodes as well, put the job together and render its
+        files (a launch). Without it, only the request's shape is checked (the preflight's).
+    type: bool
+    default: true
+  slurm_conf:
+    description: The C(SLURM_CONF) that Slurm's commands on the submit host read; empty for their default.
+    type: str
+    default: ""
+  defaults_file:
+    description: The role's C(defaults/main.yml): its aliases are known C(-e) keys.
+    type: path
+    required: true
+  argument_specs_file:
+    description: The role's C(meta/argument_specs.yml): its main entry point's options are known C(-e) keys.
+    type: path
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Check the request and put the job together.
+  slurm_launch_request:
+    defaults_file: "{{ role_path }}/defaults/main.yml"
+    argument_specs_file: "{{ role_path }}/meta/argument_specs.yml"
+    slurm_conf: "{{ cluster_slurm_conf }}"
+    request:
+      nodes: "{{ slurm_launch_nodes }}"
+      group: "{{ slurm_launch_group }}"
+      # ... every value of the role's request (tasks/derive.yml)
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: What the launch's later tasks read.
+  returned: success
+  type: dict
+  contains:
+    _slurm_launch_environment:
+      description: The environment of Slurm's commands on the submit host (C(SLURM_CONF) when set).
+      type: dict
+    _slurm_launch_following:
+      description: Whether the request follows a job already submitted (C(job_id)).
+      type: bool
+    _slurm_launch_script:
+      description: The training script's absolute path on the controller ('.' and '..' resolved).
+      type: str
+    _slurm_launch_code_dir:
+      description: The directory staged with it.
+      type: str
+    _slurm_launch_job_name:
+      description: The job's name (the script's name unless given).
+      type: str
+    _slurm_launch_placeholders:
+      description: The words that stand for the run's and code's directories and the partition.
+      type: dict
+    _slurm_launch_node_plan:
+      description: The job's nodes from the inventory (node_health.py's node_inventory_plan), with its partition.
+      type: dict
+      returned: with render, unless following
+    _slurm_launch_job:
+      description: The job's values (train_job's).
+      type: dict
+      returned: with render, unless following
+    _slurm_launch_job_files:
+      description: The files the staging run writes into the run's directory, each name, content and mode.
+      type: list
+      elements: dict
+      returned: with render, unless following
+"""
+
+import importlib.util
+import os
+import secrets
+import string
+from collections.abc import Mapping
+from pathlib import Path
+
+from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(f"_slurm_launch_request_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_extra_vars = _load("extra_vars", _HERE / "slurm_launch_extra_vars.py")
+_checks = _load("request_checks", _HERE.parent / "filter_plugins" / "request_checks.py")
+_nodes = _load("node_health", _HERE.parent / "filter_plugins" / "node_health.py")
+_sweep = _load("sweep", _HERE.parent / "filter_plugins" / "sweep.py")
+_script_path = _load("script_path", _HERE.parent / "filter_plugins" / "script_path.py").script_path
+_shell_words = _load("shell_words", _HERE.parent / "filter_plugins" / "shell_words.py").shell_words
+_train_job = _load("train_job", _HERE.parents[1] / "cluster" / "filter_plugins" / "train_job.py")
+
+# Every value of a request, by its short -e name; the task passes each (tasks/derive.yml).
+REQUEST_KEYS = (
+    "nodes", "group", "script", "script_args", "job_name", "code_dir", "partition", "account", "num_nodes",
+    "gpus_per_node", "cpus_per_task", "nproc_per_node", "omp_num_threads", "master_port", "job_id",
+    "follow_timeout", "log_tail_lines", "jobs_dir", "time_limit", "warning_signal", "warning_seconds",
+    "max_restarts", "extra_directives", "env", "cuda_home", "replace_ld_library_path", "conda_root", "conda_env",
+    "venv", "nccl_env_dir", "rendezvous", "sweep", "sweep_parallel",
+)
+# The values given that reach the job script, checked by train_job's rules before anything else is
+# (the Python API checks the same keys of its arguments: slurm_train/_rules.py).
+GIVEN_KEYS = ("jobs_dir", "account", "time_limit", "extra_directives", "env", "cuda_home", "conda_root",
+              "conda_env", "venv", "nccl_env_dir", "rendezvous", "script", "script_args")
+ARGUMENT_SPEC = {
+    "request": {"type": "dict", "required": True},
+    "render": {"type": "bool", "default": True},
+    "slurm_conf": {"type": "str", "default": ""},
+    "defaults_file": {"type": "path", "required": True},
+    "argument_specs_file": {"type": "path", "required": True},
+}
+JOB_TEMPLATE = "train.sbatch.j2"
+# Written into the run's directory; the job runs it on every node before a GPU job trains.
+GPU_CHECK = "gpu_check.py"
+PLACEHOLDER_CHARS = string.ascii_lowercase + string.digits
+
+
+def _length(value):
+    return len(value) if isinstance(value, (str, list, tuple, Mapping)) else 0
+
+
+def placeholders(word):
+    """Words that stand for the run's and the staged code's directories and the partition in the
+    job as rendered here, before the NAS and Slurm are looked at; the slurm_job module fills them in
+    as it checks the nodes and stages the job. Random for each launch, so that no value of a request
+    holds one by chance."""
+    return {"run_dir": f"/run-dir-{word}", "code_dir": f"/code-dir-{word}", "partition": f"partition-{word}"}
+
+
+def derived(request):
+    """What the request's names make: the script's absolute path, the code's directory, the job's
+    name. A script that is no text makes none (the shape check names it)."""
+    script = request["script"] if isinstance(request["script"], str) else None
+    try:
+        script_file = _script_path(script) if script is not None else ""
+        code_dir = _script_path(request["code_dir"] or (os.path.dirname(script_file) if script else ""))
+    except AnsibleError as exc:
+        raise AnsibleActionFail(str(exc)) from None
+    job_name = request["job_name"] or (os.path.splitext(os.path.basename(script))[0] if script else "")
+    return script_file, code_dir, job_name
+
+
+def shape_problem(request, groups, following):
+    """The first problem of the request's shape, in this order: names that are no text (the
+    argument specs turn a number given in JSON into text for their check only; the variables stay
+    numbers, which the later checks could not read as names), where to run, the counts, the node
+    group. '' when there is none."""
+    text = _checks.text_problems([
+        {"key": "nodes", "value": request["nodes"], "hint": " or a list of node names", "list_ok": True},
+        {"key": "group", "value": request["group"]},
+        {"key": "script", "value": request["script"]},
+        {"key": "job_name", "value": request["job_name"]},
+        {"key": "partition", "value": request["partition"]},
+        {"key": "account", "value": request["account"]},
+    ])
+    if text:
+        return " ".join(text)
+    nodes, group = request["nodes"], request["group"]
+    if not (following or ((_length(nodes) > 0) != (_length(group) > 0))):
+        return ("Say where to run: either a node list (-e nodes=node110,node111 or -e 'nodes=node[110-111]') "
+                "or a node group and a count (-e group=gpu_A6000 -e num_nodes=2), not both "
+                f"(got nodes={nodes} group={group}); or -e job_id=N to follow a job already submitted.")
+    counts = _checks.count_problems([
+        {"key": "num_nodes", "value": request["num_nodes"], "min": 1 if group and not following else 0,
+         "hint": " (with group, how many of its nodes)"},
+        {"key": "gpus_per_node", "value": request["gpus_per_node"], "min": 0, "hint": " (0 = all GPUs of the node)"},
+        {"key": "cpus_per_task", "value": request["cpus_per_task"], "min": 0, "hint": " (0 = all CPUs of the node)"},
+        {"key": "nproc_per_node", "value": request["nproc_per_node"], "min": 0, "hint": " (0 = one per GPU)"},
+        {"key": "master_port", "value": request["master_port"], "min": 0, "max": 65535,
+         "hint": " (0 = derived from the job id)"},
+        {"key": "job_id", "value": request["job_id"], "min": 0},
+        {"key": "slurm_launch_follow_timeout", "value": request["follow_timeout"], "min": 0,
+         "hint": " (0 = until the job ends)"},
+        {"key": "slurm_launch_log_tail_lines", "value": request["log_tail_lines"], "min": 0},
+    ])
+    if counts:
+        return " ".join(counts)
+    compute = set(groups.get("compute") or [])
+    if group and not (groups.get(group) and set(groups[group]) <= compute):
+        compute_groups = sorted(name for name, members in groups.items()
+                                if name not in ("all", "ungrouped") and members and set(members) <= compute)
+        return (f"group={group} must be a group of compute nodes in the inventory "
+                f"(groups of compute nodes: {', '.join(compute_groups)}).")
+    return ""
+
+
+def job_problem(request, script_file, job_name, plan, host):
+    """The first problem of what reaches the job script, the training script and the nodes, in the
+    order a user fixes them: the values that land in the job script (the rules of train_job, which
+    checks the job it puts together again), the training script (on the controller: the launch
+    stages it, and its directory, onto the NAS), the nodes against the inventory. '' when none."""
+    script_args = _shell_words(request["script_args"])
+    given = {key: request[key] for key in GIVEN_KEYS}
+    given.update(script=script_file, script_args=script_args, job_name=job_name)
+    if request["partition"]:
+        given["partition"] = request["partition"]
+    values = (_train_job.value_problems(given)
+              + _sweep.sweep_problems(request["sweep"], request["sweep_parallel"], script_args))
+    if values:
+        return "; ".join(values) + "."
+    if not (request["script"] and os.path.isfile(script_file)):
+        if not request["script"]:
+            return ("Say what to run: -e script=path/to/train.py (a path on the controller, where ansible-playbook "
+                    "runs; the launch copies its directory to the NAS).")
+        what = " is a directory" if os.path.isdir(script_file) else " does not exist (or is not a file)"
+        return (f"The training script {script_file}{what} on {host} (a path on the controller, where "
+                "ansible-playbook runs; the launch copies its directory to the NAS).")
+    return plan["problem"]
+
+
+def put_together(request, script_file, code_dir, job_name, plan, marks):
+    """The job's values (train_job's); its script is where the slurm_job action stages it: relative to
+    the code's directory, links resolved."""
+    script = f"{marks['code_dir']}/{os.path.relpath(os.path.realpath(script_file), os.path.realpath(code_dir))}"
+    return _train_job.train_job({
+        "job_name": job_name,
+        "job_dir": marks["run_dir"],
+        "end_marker": f"{marks['run_dir']}/.%j.ended",
+        "account": request["account"],
+        "partition": plan["partition"],
+        "num_nodes": plan["num_nodes"],
+        "nodelist": "" if request["group"] else plan["hostlist"],
+        "gpus_per_node": _nodes._as_int(request["gpus_per_node"]) or plan["node_gpus"],
+        "cpus_per_task": _nodes._as_int(request["cpus_per_task"]) or plan["node_cpus"],
+        "nproc_per_node": request["nproc_per_node"],
+        "omp_num_threads": request["omp_num_threads"],
+        "time_limit": request["time_limit"],
+        "warning_signal": request["warning_signal"],
+        "warning_seconds": request["warning_seconds"],
+        "max_restarts": request["max_restarts"],
+        "extra_directives": request["extra_directives"],
+        "cuda_home": request["cuda_home"],
+        "replace_ld_library_path": boolean(request["replace_ld_library_path"], strict=False),
+        "conda_root": request["conda_root"],
+        "conda_env": request["conda_env"],
+        "venv": request["venv"],
+        "nccl_env_dir": request["nccl_env_dir"],
+        "node_group": plan["node_group"],
+        "env": request["env"],
+        "rendezvous": request["rendezvous"],
+        "master_port": request["master_port"],
+        "script": script,
+        "script_args": _shell_words(request["script_args"]),
+        "sweep": _sweep.sweep_points(request["sweep"]),
+        "sweep_parallel": request["sweep_parallel"],
+        # GPU_CHECK, written into the run's directory by the staging run.
+        "gpu_check": f"{marks['run_dir']}/{GPU_CHECK}",
+    })
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        task_vars = task_vars or {}
+        missing = [key for key in REQUEST_KEYS if key not in args["request"]]
+        if missing:
+            raise AnsibleActionFail(f"slurm_launch_request: the request lacks {', '.join(missing)}")
+        request = args["request"]
+        result["changed"] = False
+
+        unknown = self.unknown_keys(args, task_vars)
+        if unknown:
+            return {**result, "failed": True, "msg": unknown}
+
+        following = _nodes._as_int(request["job_id"]) > 0
+        script_file, code_dir, job_name = derived(request)
+        marks = placeholders("".join(secrets.choice(PLACEHOLDER_CHARS) for _ in range(20)))
+        facts = {
+            "_slurm_launch_environment": {"SLURM_CONF": args["slurm_conf"]} if args["slurm_conf"] else {},
+            "_slurm_launch_following": following,
+            "_slurm_launch_script": script_file,
+            "_slurm_launch_code_dir": code_dir,
+            "_slurm_launch_job_name": job_name,
+            "_slurm_launch_placeholders": marks,
+        }
+        groups = task_vars.get("groups") or {}
+        problem = shape_problem(request, groups, following)
+        if problem:
+            return {**result, "failed": True, "msg": problem}
+        if not args["render"] or following:
+            return {**result, "ansible_facts": facts}
+
+        try:
+            plan = _nodes.node_inventory_plan(
+                request["nodes"] if _length(request["nodes"]) else groups.get(request["group"]) or [],
+                task_vars["hostvars"], groups,
+                {**{key: request[key] for key in ("group", "partition", "num_nodes", "gpus_per_node",
+                                                  "cpus_per_task", "nproc_per_node")},
+                 "nccl_env": bool(request["nccl_env_dir"])})
+            plan["partition"] = request["partition"] or marks["partition"]
+            problem = job_problem(request, script_file, job_name, plan, task_vars.get("inventory_hostname"))
+            if problem:
+                return {**result, "failed": True, "msg": problem}
+            job = put_together(request, script_file, code_dir, job_name, plan, marks)
+        except AnsibleError as exc:  # the filters' refusals: script_args that split into no words, ...
+            return {**result, "failed": True, "msg": str(exc.message)}
+        facts.update(_slurm_launch_node_plan=plan, _slurm_launch_job=job,
+                     _slurm_launch_job_files=self.job_files(job, task_vars))
+        return {**result, "ansible_facts": facts}
+
+    def unknown_keys(self, args, task_vars):
+        """The -e keys a launch does not know, as slurm_launch_extra_vars says them ('' for none)."""
+        try:
+            defaults_text = Path(args["defaults_file"]).read_text(encoding="utf-8")
+        except OSError as error:
+            raise AnsibleActionFail(f"cannot read the role's defaults {args['defaults_file']}: {error}") from None
+        specs = self._loader.load_from_file(args["argument_specs_file"]) or {}
+        try:
+            options = _extra_vars.known_options(defaults_text, specs)
+        except ValueError as error:
+            raise AnsibleActionFail(f"{args['argument_specs_file']} {error}") from None
+        aliases = _extra_vars.aliases_of(defaults_text)
+        prefixes = _extra_vars.DEFAULT_PREFIXES
+        given = sorted(_extra_vars.load_extra_vars(self._loader))
+        unknown = _extra_vars.unknown_keys(given, aliases, options, prefixes)
+        if not unknown:
+            return ""
+        prefixed = [name for name in task_vars if name.startswith(prefixes) and name not in given]
+        return _extra_vars.unknown_keys_message(unknown, aliases, options, prefixes, prefixed)
+
+    def job_files(self, job, task_vars):
+        """The job script (only the user reads it when it carries slurm_launch_env values: they may be
+        tokens), the GPU check, and a sweep's table (each array task reads its arguments from the
+        script; the table is for people and tools)."""
+        # Ansible's template lookup, as a task's lookup('template') renders (its ansible_managed,
+        # trim_blocks), given only the search path: it copies every variable it is given.
+        lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
+                                                           templar=self._templar)
+        script = lookup.run([JOB_TEMPLATE], variables={"ansible_search_path": task_vars.get("ansible_search_path", [])},
+                            template_vars={"job": job})[0]
+        files = [{"name": f"{job['job_name']}.sbatch", "content": script, "mode": "0600" if job["env"] else "0644"},
+                 {"name": GPU_CHECK, "content": Path(self._find_needle("files", GPU_CHECK)).read_text(encoding="utf-8"),
+                  "mode": "0644"}]
+        if job["sweep"]:
+            files.append({"name": _sweep.TABLE_NAME, "content": _sweep.sweep_table(job["sweep"]), "mode": "0644"})
+        return files

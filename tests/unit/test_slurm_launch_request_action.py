@@ -1,0 +1,168 @@
+"""The slurm_launch_request action plugin run as a launch runs it: the role's real defaults, argument
+specs, job template and GPU check, a request as vars/main.yml's _slurm_launch_request gives it, an
+inventory's groups and hostvars, and the -e values as ansible-playbook's command line hands them over."""
+
+import importlib.util
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+import yaml
+from ansible import context
+from ansible.module_utils.common.collections import ImmutableDict
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+from ansible.utils.vars import load_extra_vars
+
+from conftest import PROJECT_ROOT, init_plugin_loader
+
+ROLE = PROJECT_ROOT / "roles" / "slurm_launch"
+PLUGIN = ROLE / "action_plugins" / "slurm_launch_request.py"
+spec = importlib.util.spec_from_file_location("slurm_launch_request_action", PLUGIN)
+action = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(action)
+plugin_loader = init_plugin_loader()
+
+GROUPS = {"all": ["login01", "node110", "node111", "h1"], "ungrouped": [], "submit": ["login01"],
+          "compute": ["node110", "node111", "h1"], "gpu_A6000": ["node110", "node111"], "gpu_H100": ["h1"]}
+HOSTVARS = {"node110": {"cluster_node_cpus": 16, "cluster_node_gpus": 8},
+            "node111": {"cluster_node_cpus": 16, "cluster_node_gpus": 8},
+            "h1": {"cluster_node_cpus": 32, "cluster_node_gpus": 8}, "login01": {}}
+
+
+@pytest.fixture
+def script(tmp_path):
+    trainer = tmp_path / "code" / "train.py"
+    trainer.parent.mkdir()
+    trainer.write_text("print('trains')\n")
+    return trainer
+
+
+def request(trainer, **given):
+    """The role's request with its defaults' values (vars/main.yml's keys), ``given`` over them."""
+    keys = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_slurm_launch_request"]
+    values = {"nodes": "node[110-111]", "group": "", "script": str(trainer), "script_args": "--steps 3",
+              "job_name": "", "code_dir": "", "partition": "", "account": "", "num_nodes": 0, "gpus_per_node": 0,
+              "cpus_per_task": 0, "nproc_per_node": 0, "omp_num_threads": 0, "master_port": 0, "job_id": 0,
+              "follow_timeout": 0, "log_tail_lines": 40, "jobs_dir": "/nas/jobs", "time_limit": "1-00:00:00",
+              "warning_signal": "USR1", "warning_seconds": 120, "max_restarts": 1, "extra_directives": [], "env": {},
+              "cuda_home": "/nas/cuda-11.8", "replace_ld_library_path": False, "conda_root": "/nas/conda",
+              "conda_env": "train", "venv": "", "nccl_env_dir": "/nas/nccl", "rendezvous": "static", "sweep": {},
+              "sweep_parallel": 0}
+    assert set(values) == set(keys), "the test's request has the role's keys"
+    return {**values, **given}
+
+
+def run(the_request, extra_vars=("nodes=node[110-111]",), **args):
+    """The task's result for `ansible-playbook launch.yml -e EXTRA_VARS...` with ``the_request``."""
+    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
+            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml"), "request": the_request, **args}
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_request",
+                           get_search_path=lambda: [str(ROLE)])
+    loader = DataLoader()
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
+                                 plugin_loader)
+    task_vars = {"groups": GROUPS, "hostvars": HOSTVARS, "inventory_hostname": "login01",
+                 "ansible_search_path": [str(ROLE)]}
+    with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=tuple(extra_vars))), \
+            mock.patch.object(load_extra_vars, "extra_vars", None, create=True):
+        return plugin.run(task_vars=task_vars)
+
+
+def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
+    result = run(request(script, env={"WANDB_API_KEY": "secret"}, sweep={"lr": [0.1, 0.01]}), slurm_conf="/etc/s.conf")
+    assert not result.get("failed"), result.get("msg")
+    assert result["changed"] is False
+    facts = result["ansible_facts"]
+    marks = facts["_slurm_launch_placeholders"]
+    assert facts["_slurm_launch_environment"] == {"SLURM_CONF": "/etc/s.conf"}
+    assert (facts["_slurm_launch_script"], facts["_slurm_launch_code_dir"], facts["_slurm_launch_job_name"]) == (
+        str(script), str(script.parent), "train")
+    plan = facts["_slurm_launch_node_plan"]
+    assert (plan["names"], plan["node_group"], plan["num_nodes"], plan["partition"]) == (
+        ["node110", "node111"], "gpu_A6000", 2, marks["partition"])
+    job = facts["_slurm_launch_job"]
+    assert job["script"] == f"{marks['code_dir']}/train.py"
+    assert job["script_args"] == ["--steps", "3"]
+    assert (job["gpus_per_node"], job["cpus_per_task"], job["nproc_per_node"]) == (8, 16, 8)
+    assert job["nccl_env_file"] == "/nas/nccl/nccl-gpu_A6000.sh"
+    files = {one["name"]: one for one in facts["_slurm_launch_job_files"]}
+    assert set(files) == {"train.sbatch", "gpu_check.py", "sweep.tsv"}
+    # The job script as Ansible's template lookup renders it: only the user reads a script with env values.
+    sbatch = files["train.sbatch"]
+    assert sbatch["mode"] == "0600"
+    assert sbatch["content"].startswith("#!/bin/bash")
+    for line in ("#SBATCH --nodes=2", "#SBATCH --nodelist=node[110-111]", f"#SBATCH --partition={marks['partition']}",
+                 "#SBATCH --array=0-1"):
+        assert line in sbatch["content"].splitlines(), line
+    assert "{{" not in sbatch["content"]
+    assert files["gpu_check.py"]["content"] == (ROLE / "files" / "gpu_check.py").read_text()
+    assert files["sweep.tsv"]["content"].splitlines()[0].split("\t")[-1] == "lr"
+
+
+def test_each_launch_draws_its_own_placeholders(script):
+    first, second = (run(request(script))["ansible_facts"]["_slurm_launch_placeholders"] for _ in range(2))
+    assert first["run_dir"] != second["run_dir"]
+    assert first["run_dir"].removeprefix("/run-dir-") == first["code_dir"].removeprefix("/code-dir-") \
+        == first["partition"].removeprefix("partition-")
+
+
+def test_a_partition_given_is_the_jobs_and_a_group_names_no_nodelist(script):
+    facts = run(request(script, nodes="", group="gpu_A6000", num_nodes=1, partition="long"))["ansible_facts"]
+    assert facts["_slurm_launch_node_plan"]["partition"] == "long"
+    content = facts["_slurm_launch_job_files"][0]["content"].splitlines()
+    assert "#SBATCH --partition=long" in content and "#SBATCH --nodes=1" in content
+    assert not any(line.startswith("#SBATCH --nodelist") for line in content)
+    assert facts["_slurm_launch_job_files"][0]["mode"] == "0644"
+
+
+@pytest.mark.parametrize("given, extra_vars, words", [
+    # In the order a user fixes them: the first problem found is the message.
+    ({"nodes": "node110", "group": "gpu_A6000"}, ("script=x.py wiat=false",),
+     "Unknown -e key: -e wiat (did you mean 'wait'?)"),
+    ({"nodes": 110, "num_nodes": -1}, (), "nodes=110 is not allowed: give it as text"),
+    ({"nodes": "node110", "group": "gpu_A6000", "num_nodes": -1}, (), "Say where to run: either a node list"),
+    ({"num_nodes": -1, "master_port": 70000}, (), "num_nodes=-1 is not allowed: give a whole number, at least 0 "
+                                                  "(with group, how many of its nodes). master_port=70000"),
+    ({"nodes": "", "group": "submit", "num_nodes": 1}, (), "group=submit must be a group of compute nodes in the "
+                                                           "inventory (groups of compute nodes: compute, gpu_A6000, gpu_H100)."),
+    ({"job_name": "a b", "time_limit": "1 day", "nodes": "node999"}, (),
+     "job_name='a b' is not allowed"),
+    ({"script": "", "job_name": "x", "nodes": "node999"}, (), "Say what to run: -e script=path/to/train.py"),
+    ({"nodes": "node110,node999"}, (), "Not compute nodes of the inventory: node999"),
+    ({"nodes": "node110,h1"}, (), "the nodes are not of one node group"),
+    ({"gpus_per_node": 9}, (), "The request does not fit: num_nodes=2 of 2 nodes, gpus_per_node=9 of 8 GPUs"),
+    ({"script_args": "--name 'a b"}, (), "script_args \"--name 'a b\" cannot be split into arguments"),
+    ({"warning_signal": "USR1; id"}, (), "warning_signal='USR1; id'"),
+])
+def test_the_first_problem_found_fails_the_task(script, given, extra_vars, words):
+    result = run(request(script, **given), extra_vars=extra_vars or ("nodes=x",))
+    assert result.get("failed") is True, result
+    assert words in result["msg"], result["msg"]
+    assert "ansible_facts" not in result
+
+
+def test_a_missing_script_and_a_directory_are_named_on_the_controller(script):
+    missing = run(request(script.with_name("nope.py")))["msg"]
+    assert missing == (f"The training script {script.with_name('nope.py')} does not exist (or is not a file) on "
+                       "login01 (a path on the controller, where ansible-playbook runs; the launch copies its "
+                       "directory to the NAS).")
+    assert f"The training script {script.parent} is a directory" in run(request(script.parent))["msg"]
+
+
+def test_following_a_job_or_a_preflight_checks_the_shape_only(script):
+    following = run(request(script, job_id=12, nodes="", time_limit="nonsense"))
+    assert not following.get("failed"), following.get("msg")
+    assert following["ansible_facts"]["_slurm_launch_following"] is True
+    assert "_slurm_launch_job" not in following["ansible_facts"]
+    preflight = run(request(script, script="", nodes="node110,node999"), render=False)
+    assert not preflight.get("failed"), preflight.get("msg")
+    assert "_slurm_launch_node_plan" not in preflight["ansible_facts"]
+    assert run(request(script, nodes=7), render=False)["msg"].startswith("nodes=7 is not allowed")
+
+
+def test_a_request_without_one_of_its_keys_is_a_bug_said_plainly(script):
+    incomplete = request(script)
+    del incomplete["sweep"]
+    with pytest.raises(action.AnsibleActionFail, match="the request lacks sweep"):
+        run(incomplete)
