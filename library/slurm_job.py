@@ -626,11 +626,11 @@ from ansible.module_utils.cluster_rules import collected_paths, run_of_path
 from ansible.module_utils.job_dirs import STAGE_SPEC, Refused, check_placeholders, fill_placeholders, stage
 from ansible.module_utils.slurm import (
     INVALID_JOB_ID,
-    SINFO_NODES_FORMAT,
     SQUEUE_FORMAT,
     MY_JOBS_FORMAT,
     JobNotFound,
     PollSchedule,
+    SinfoError,
     SlurmParseError,
     UnknownJobState,
     array_job_id,
@@ -645,11 +645,11 @@ from ansible.module_utils.slurm import (
     parse_sbatch_parsable,
     parse_sbatch_test_only,
     parse_scontrol_job,
-    parse_sinfo_nodes,
     parse_slurm_version,
     parse_squeue,
     retry_command,
     sacct_query,
+    sinfo_nodes,
     validate_job_name,
     validate_node_name,
 )
@@ -1087,9 +1087,8 @@ class SlurmJobRunner:
         result = self.result
         if result.get("outcome") == "node_failure" and result.get("nodes"):
             try:
-                rc, out, err = self.slurm.run(["sinfo", "-h", "-N", "-o", SINFO_NODES_FORMAT])
-                known = parse_sinfo_nodes(out) if rc == 0 else {}
-            except (SlurmParseError, ValueError):
+                known = sinfo_nodes(self.slurm.run)
+            except SinfoError:  # the states are extra: the job's result stands without them
                 known = {}
             result["node_states"] = {name: known[name] for name in result["nodes"] if name in known}
         if not self.params["collect_files"]:
@@ -1309,13 +1308,10 @@ class SlurmJobRunner:
                 validate_node_name(name)
         except ValueError as error:
             self.finish(f"nodes: {error}")
-        rc, out, err = self.slurm.run(["sinfo", "-h", "-N", "-o", SINFO_NODES_FORMAT])
-        if rc != 0:
-            self.finish(f"sinfo failed: {err.strip() or 'exit ' + str(rc)}")
         try:
-            known = parse_sinfo_nodes(out)
-        except (SlurmParseError, ValueError) as error:
-            self.finish(f"could not read sinfo's answer: {error}")
+            known = sinfo_nodes(self.slurm.run)
+        except SinfoError as error:
+            self.finish(str(error))
         checked = check_job_nodes(known, request)
         if checked["problem"]:
             self.finish(checked["problem"])

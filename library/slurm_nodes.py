@@ -103,13 +103,12 @@ unknown:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.slurm import (
     NODE_NAME_RULE,
-    SINFO_NODES_FORMAT,
-    SlurmParseError,
+    SinfoError,
     compress_hostlist,
-    is_transient_error,
-    parse_sinfo_nodes,
     requested_names,
     retry_command,
+    shared_partitions,
+    sinfo_nodes,
 )
 
 
@@ -130,20 +129,14 @@ def main():
     def run(argv):
         return module.run_command(argv, environ_update=environ, expand_user_and_vars=False)
 
-    rc, out, err = retry_command(run, ["sinfo", "-h", "-N", "-o", SINFO_NODES_FORMAT])
-    if rc != 0:
-        hint = " (the controller did not answer)" if is_transient_error(rc, err) else ""
-        module.fail_json(msg=f"sinfo failed{hint}: {err.strip() or 'exit ' + str(rc)}", rc=rc)
     try:
-        known = parse_sinfo_nodes(out)
-    except (SlurmParseError, ValueError) as exc:
-        module.fail_json(msg=f"could not read sinfo's answer: {exc}")
+        known = sinfo_nodes(lambda argv: retry_command(run, argv))
+    except SinfoError as exc:
+        module.fail_json(msg=str(exc), **({"rc": exc.rc} if exc.rc else {}))
     if not names:
         names = list(known)
-    seen = [known[name]["partitions"] for name in names if name in known]
-    common = [p for p in seen[0] if all(p in partitions for partitions in seen)] if seen else []
     module.exit_json(
-        common_partitions=common,
+        common_partitions=shared_partitions({name: known[name] for name in names if name in known}),
         changed=False,
         names=names,
         hostlist=compress_hostlist(names) if names else "",

@@ -918,6 +918,27 @@ def parse_sinfo_nodes(stdout):
     return nodes
 
 
+class SinfoError(ValueError):
+    """sinfo failed (``rc``: its exit status) or its answer could not be read (``rc`` 0)."""
+
+    def __init__(self, message, rc=0):
+        super().__init__(message)
+        self.rc = rc
+
+
+def sinfo_nodes(run):
+    """Every node as sinfo shows it (parse_sinfo_nodes' entries), asked through ``run(argv)`` ->
+    (rc, stdout, stderr); SinfoError saying what failed, a controller that did not answer included."""
+    rc, out, err = run(["sinfo", "-h", "-N", "-o", SINFO_NODES_FORMAT])
+    if rc != 0:
+        hint = " (the controller did not answer)" if is_transient_error(rc, err) else ""
+        raise SinfoError(f"sinfo failed{hint}: {err.strip() or 'exit ' + str(rc)}", rc)
+    try:
+        return parse_sinfo_nodes(out)
+    except ValueError as exc:  # SlurmParseError too
+        raise SinfoError(f"could not read sinfo's answer: {exc}") from None
+
+
 def _node_conditions(slurm_nodes):
     for name, node in slurm_nodes.items():
         refused, reasons = node_condition(node["state"], node["markers"])
@@ -966,6 +987,13 @@ def job_partition(given, group, common_partitions):
     return common_partitions[0] if common_partitions else ""
 
 
+def shared_partitions(slurm_nodes):
+    """The partitions every node of ``slurm_nodes`` (parse_sinfo_nodes' entries) is in, in the first
+    node's order; [] for no nodes."""
+    seen = [node["partitions"] for node in slurm_nodes.values()]
+    return [partition for partition in seen[0] if all(partition in each for each in seen)] if seen else []
+
+
 def check_job_nodes(known, request):
     """The Slurm side of a job's node plan: its nodes as sinfo shows them (``known``:
     parse_sinfo_nodes' result, all nodes or the job's) against ``request``: names, partition (the
@@ -982,8 +1010,7 @@ def check_job_nodes(known, request):
     if unknown:
         return {**found, "problem": f"Slurm does not know: {', '.join(unknown)} (see sinfo -N)."}
     slurm = {name: known[name] for name in names}
-    seen = [node["partitions"] for node in slurm.values()]
-    common = [partition for partition in seen[0] if all(partition in each for each in seen)] if seen else []
+    common = shared_partitions(slurm)
     partition = job_partition(request.get("partition") or "", group or request.get("node_group") or "", common)
     found["partition"] = partition
     if partition not in common:

@@ -78,8 +78,7 @@ def collect(tmp_path, job, check_mode=False, **options):
     action = SimpleNamespace(_connection=host, _task=SimpleNamespace(check_mode=check_mode), _execute_module=no_module)
     options = {"outputs_dir": str(tmp_path / "outputs"), "jobs_dir": str(tmp_path / "nas" / "jobs"), "points": [],
                "cancelled": False, "private": False, **options}
-    wanted = job_outputs._rules.collected_paths(job, options["jobs_dir"])
-    collected, failure = job_outputs.collect(action, job, options, STAGED, wanted, {}, shown)
+    collected, failure = job_outputs.collect(action, job, options, STAGED, {}, shown)
     return collected, failure, host, shown
 
 

@@ -123,3 +123,29 @@ def test_counts_the_inventory_does_not_set_or_slurm_does_not_give_are_not_compar
     assert slurm.node_resource_mismatches(nodes, {"n1": {}, "n2": {"cluster_node_gpus": 2}}, "g") == []
     assert slurm.node_resource_mismatches(nodes, {"n1": {"cluster_node_gpus": 2}}, "g") == [
         "n1: the inventory says 2 GPUs, Slurm says 0 (Gres); set cluster_node_gpus: 0 in group_vars/g.yml"]
+
+
+def test_sinfo_nodes_asks_once_and_says_what_failed():
+    asked = []
+
+    def answering(rc, out, err):
+        return lambda argv: asked.append(argv) or (rc, out, err)
+
+    known = slurm.sinfo_nodes(answering(0, "n1|gpu*|idle|16|gpu:8\nn1|long|idle|16|gpu:8\n", ""))
+    assert asked == [["sinfo", "-h", "-N", "-o", slurm.SINFO_NODES_FORMAT]]
+    assert known["n1"]["partitions"] == ["gpu", "long"]
+    with pytest.raises(slurm.SinfoError) as failed:
+        slurm.sinfo_nodes(answering(1, "", "slurm_load_node error: Unable to contact slurm controller (connect failure)"))
+    assert (str(failed.value), failed.value.rc) == (
+        "sinfo failed (the controller did not answer): slurm_load_node error: Unable to contact slurm controller "
+        "(connect failure)", 1)
+    with pytest.raises(slurm.SinfoError, match=r"^could not read sinfo's answer: sinfo line has 2 fields"):
+        slurm.sinfo_nodes(answering(0, "n1|gpu\n", ""))
+
+
+def test_the_partitions_all_nodes_share_keep_the_first_nodes_order():
+    known = slurm.parse_sinfo_nodes("a|long|idle|4|(null)\na|gpu*|idle|4|(null)\nb|gpu|idle|4|(null)\n"
+                                    "b|long|idle|4|(null)\nc|gpu|idle|4|(null)\n")
+    assert slurm.shared_partitions({name: known[name] for name in ("a", "b")}) == ["long", "gpu"]
+    assert slurm.shared_partitions(known) == ["gpu"]
+    assert slurm.shared_partitions({}) == []

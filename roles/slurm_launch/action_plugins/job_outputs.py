@@ -214,17 +214,17 @@ def _fetch(action, src, folder, check, task_vars):
             os.unlink(scratch)
 
 
-def collect(action, job, options, staged, wanted, task_vars, display=None):
-    """Write the finished ``job``'s outputs (``wanted``: the paths cluster_rules.collected_paths names,
-    those the module returned in job['collected_files']) and show its summary. Returns
-    ``(what was collected, the failure message or None)``."""
+def collect(action, job, options, staged, task_vars, display=None):
+    """Write the finished ``job``'s outputs (the paths cluster_rules.collected_paths names under
+    ``options['jobs_dir']``: those the module returned in job['collected_files'] as they are, the
+    rest fetched) and show its summary. Returns ``(what was collected, the failure message or None)``."""
     check = bool(action._task.check_mode)
     outputs = outputs_folder(options["outputs_dir"], job)
     returned = job.get("collected_files") or {}
     record, lines, sweep = report(job, staged, options.get("points") or [], outputs)
     changed = _prepare_dir(outputs, 0o700 if options.get("private") else 0o755, check)
     fetched, missing = [], []
-    for src in wanted:
+    for src in _rules.collected_paths(job, options["jobs_dir"]):
         if src in returned:
             done = _put(outputs, os.path.basename(src), base64.b64decode(returned[src]), check)
         else:

@@ -109,8 +109,7 @@ class ActionModule(ActionBase):
                 display.display(_job_outputs.report_line(result, staged, check_mode))
             return result
         job = {**result, "collected_files": files}
-        wanted = _job_outputs._rules.collected_paths(job, collect["jobs_dir"])
-        collected, failure = _job_outputs.collect(self, job, collect, staged, wanted, task_vars, display)
+        collected, failure = _job_outputs.collect(self, job, collect, staged, task_vars, display)
         result["collected"] = collected
         result["changed"] = bool(result.get("changed")) or collected["changed"]
         if failure is not None:
