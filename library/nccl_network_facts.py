@@ -38,12 +38,20 @@ options:
     default: RoCE v2
   ipv4_addresses:
     description:
-      - IPv4 addresses per interface name, for example built from the C(ansible_<iface>) facts.
-        sysfs does not hold addresses.
-      - When given, only interfaces with at least one address are proposed for C(NCCL_SOCKET_IFNAME).
-      - When omitted, addresses are unknown, every other eligible interface is proposed and a
+      - IPv4 addresses per interface name (sysfs does not hold addresses); with O(detect_ipv4), they
+        replace the detected ones of the interfaces they name.
+      - When given or detected, only interfaces with at least one address are proposed for
+        C(NCCL_SOCKET_IFNAME).
+      - When neither, addresses are unknown, every other eligible interface is proposed and a
         warning says so.
     type: dict
+  detect_ipv4:
+    description:
+      - Read the node's IPv4 addresses from C(ip -o -4 addr show) (iproute2), the primary address of
+        each interface first, as fact gathering's network subset would give them, without its
+        round trip. Where C(ip) is missing or fails, a warning says so and only O(ipv4_addresses) count.
+    type: bool
+    default: false
   cluster_address:
     description:
       - The node's IPv4 address on the cluster network, or a host name the node resolves to it
@@ -79,17 +87,9 @@ notes:
 """
 
 EXAMPLES = r"""
-- name: Collect IPv4 addresses per interface from the gathered facts
-  ansible.builtin.set_fact:
-    nccl_ipv4_addresses: >-
-      {{ nccl_ipv4_addresses | default({})
-         | combine({item: [ansible_facts[item | replace('-', '_')].ipv4.address]}) }}
-  loop: "{{ ansible_facts.interfaces }}"
-  when: ansible_facts[item | replace('-', '_')].ipv4.address is defined
-
-- name: Detect HCAs and interfaces and propose NCCL settings
+- name: Detect HCAs, interfaces and their IPv4 addresses and propose NCCL settings
   nccl_network_facts:
-    ipv4_addresses: "{{ nccl_ipv4_addresses | default({}) }}"
+    detect_ipv4: true
 
 - name: Prefer RoCE v1 GIDs and keep management NICs out of NCCL_SOCKET_IFNAME
   nccl_network_facts:
@@ -486,6 +486,30 @@ def is_virtual_interface(sysfs_root, name):
     return os.path.commonpath([device, virtual_root]) == virtual_root
 
 
+def parse_ip_ipv4(stdout):
+    """{interface: [IPv4 addresses]} from `ip -o -4 addr show`, one address a line, each interface's
+    primary address first (ip lists them so), as fact gathering gives them."""
+    found = {}
+    for line in stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] == "inet":
+            # "eth0@if5": a veth names its peer after '@'.
+            found.setdefault(fields[1].split("@")[0], []).append(fields[3].split("/")[0])
+    return found
+
+
+def detect_ipv4_addresses(module):
+    """The node's IPv4 addresses per interface (parse_ip_ipv4), and a warning ('' for none)."""
+    ip = module.get_bin_path("ip")
+    if ip is None:
+        return {}, "ip (iproute2) not found: the node's IPv4 addresses were not detected."
+    rc, out, err = module.run_command([ip, "-o", "-4", "addr", "show"], environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        return {}, f"ip -o -4 addr show failed ({err.strip() or 'exit ' + str(rc)}): the node's IPv4 addresses " \
+                   "were not detected."
+    return parse_ip_ipv4(out), ""
+
+
 def read_interfaces(sysfs_root, ipv4_addresses):
     interfaces = []
     net_dir = os.path.join(sysfs_root, "class", "net")
@@ -849,6 +873,7 @@ def main():
                 "choices": ["RoCE v2", "IB/RoCE v1"],
             },
             "ipv4_addresses": {"type": "dict"},
+            "detect_ipv4": {"type": "bool", "default": False},
             "cluster_address": {"type": "str", "default": ""},
             "cluster_cidr": {"type": "str", "default": ""},
             "nccl_version": {"type": "str", "default": ""},
@@ -889,6 +914,12 @@ def main():
         module.fail_json(msg=str(error))
     nccl_version = params["nccl_version"] or nccl_version_from_env(params["env_prefix"]) or None
 
+    detect_warning = ""
+    if params["detect_ipv4"]:
+        detected, detect_warning = detect_ipv4_addresses(module)
+        if detected or ipv4_addresses:
+            ipv4_addresses = {**detected, **(ipv4_addresses or {})}
+
     hcas = read_hcas(sysfs_root)
     gpus = read_gpus(sysfs_root)
     interfaces = read_interfaces(sysfs_root, ipv4_addresses or {})
@@ -899,7 +930,7 @@ def main():
     if not nccl_version and "NCCL_IB_GID_INDEX" in proposed:
         warnings.append("NCCL version unknown (no nccl_version, none found in env_prefix): "
                         "NCCL_IB_GID_INDEX is forced as NCCL before 2.21 needs it.")
-    for warning in warnings + faults:
+    for warning in ([detect_warning] if detect_warning else []) + warnings + faults:
         module.warn(warning)
     module.exit_json(
         changed=False,

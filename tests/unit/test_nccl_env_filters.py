@@ -106,16 +106,6 @@ def test_good_settings_pass():
                                                "TORCH_NCCL_ASYNC_ERROR_HANDLING": 1}, "n1") == []
 
 
-def test_ipv4_addresses_come_from_the_facts():
-    gathered = {"interfaces": ["lo", "eth0", "ib-0", "ens1"],
-                "lo": {"ipv4": {"address": "127.0.0.1"}},
-                "eth0": {"ipv4": {"address": "10.0.0.5"}, "ipv4_secondaries": [{"address": "10.0.0.6"}]},
-                "ib_0": {"ipv4": {"address": "10.1.0.5"}},
-                "ens1": {"macaddress": "00:11"}}
-    assert nccl_env.nccl_env_ipv4_from_facts(gathered) == {
-        "lo": ["127.0.0.1"], "eth0": ["10.0.0.5", "10.0.0.6"], "ib-0": ["10.1.0.5"]}
-
-
 # The preflight's check: settings read back from the files main.yml writes.
 
 def test_what_main_writes_reads_back_the_same():

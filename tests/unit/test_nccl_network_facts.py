@@ -809,3 +809,60 @@ def test_resolve_cluster_address_takes_the_first_address_a_name_resolves_to(monk
     assert nccl.resolve_cluster_address("") is None
     with pytest.raises(ValueError, match="cluster_address 'dgx9' is neither an IPv4 address nor a host name"):
         nccl.resolve_cluster_address("dgx9")
+
+
+# --- the node's own IPv4 addresses (detect_ipv4) -------------------------------------
+
+# `ip -o -4 addr show` as iproute2 6.1 (Debian 12) prints it: one address a line, the primary first,
+# a secondary with its label, a veth with its peer after '@'.
+IP_ADDR_OUTPUT = """\
+1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever
+2: eth0    inet 10.0.0.5/24 brd 10.0.0.255 scope global eth0\\       valid_lft forever preferred_lft forever
+2: eth0    inet 10.0.0.6/24 brd 10.0.0.255 scope global secondary eth0:1\\       valid_lft forever preferred_lft forever
+7: veth3@if6    inet 172.18.0.1/16 scope global veth3\\       valid_lft forever preferred_lft forever
+"""
+
+
+def test_ip_output_gives_each_interfaces_addresses_primary_first():
+    assert nccl.parse_ip_ipv4(IP_ADDR_OUTPUT) == {
+        "lo": ["127.0.0.1"], "eth0": ["10.0.0.5", "10.0.0.6"], "veth3": ["172.18.0.1"]}
+    assert nccl.parse_ip_ipv4("") == {}
+
+
+@pytest.fixture
+def fake_ip(tmp_path, monkeypatch):
+    """A STAND-IN `ip` first on PATH, answering IP_ADDR_OUTPUT (or failing with ``fail``), recording its argv."""
+    def install(fail=False):
+        argv_file = tmp_path / "ip.argv"
+        script = tmp_path / "bin" / "ip"
+        script.parent.mkdir(exist_ok=True)
+        body = "echo 'Error: something broke' >&2; exit 2" if fail else f"cat <<'OUT'\n{IP_ADDR_OUTPUT}OUT"
+        script.write_text(f"#!/bin/sh\necho \"$@\" > {argv_file}\n{body}\n")
+        script.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
+        return argv_file
+    return install
+
+
+def test_the_nodes_addresses_are_detected_and_the_inventorys_replace_theirs(capsys, fake_ip):
+    argv = fake_ip()
+    result = run_module(capsys, sysfs_root=sysfs("no_hca"), detect_ipv4=True, cluster_address="10.0.0.6")
+    assert argv.read_text().split() == ["-o", "-4", "addr", "show"]
+    interfaces = {iface["name"]: iface["ipv4"] for iface in result["ansible_facts"]["nccl_network"]["interfaces"]}
+    assert interfaces["eth0"] == ["10.0.0.5", "10.0.0.6"]
+    assert result["ansible_facts"]["nccl_network"]["proposed"]["NCCL_SOCKET_IFNAME"] == "=eth0"
+    given = run_module(capsys, sysfs_root=sysfs("no_hca"), detect_ipv4=True, cluster_address="10.0.0.6",
+                       ipv4_addresses={"eth0": ["10.9.9.9"]})
+    interfaces = {iface["name"]: iface["ipv4"] for iface in given["ansible_facts"]["nccl_network"]["interfaces"]}
+    assert interfaces["eth0"] == ["10.9.9.9"]
+    assert "NCCL_SOCKET_IFNAME" not in given["ansible_facts"]["nccl_network"]["proposed"]
+
+
+def test_an_ip_that_fails_is_said_and_only_the_given_addresses_count(capsys, fake_ip):
+    fake_ip(fail=True)
+    result = run_module(capsys, sysfs_root=sysfs("no_hca"), detect_ipv4=True, cluster_address="10.0.0.5",
+                        ipv4_addresses=IPV4_ADDRESSES["no_hca"])
+    shown = [warning["event"]["msg"] for warning in result["warnings"]]
+    assert ("ip -o -4 addr show failed (Error: something broke): the node's IPv4 addresses were not "
+            "detected.") in shown, shown
+    assert result["ansible_facts"]["nccl_network"]["proposed"]["NCCL_SOCKET_IFNAME"] == "=eth0"

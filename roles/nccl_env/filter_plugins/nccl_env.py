@@ -101,17 +101,6 @@ def nccl_env_setting_problems(settings, where):
     return problems
 
 
-def nccl_env_ipv4_from_facts(facts):
-    """{interface: [IPv4 addresses]} from gathered facts (sysfs holds no addresses)."""
-    found = {}
-    for name in facts.get("interfaces", []) or []:
-        iface = facts.get(name.replace("-", "_")) or {}
-        primary = (iface.get("ipv4") or {}).get("address")
-        if primary:
-            found[name] = [primary] + [a["address"] for a in iface.get("ipv4_secondaries", []) if a.get("address")]
-    return found
-
-
 def _matches(name, candidates, exact):
     return [c for c in candidates if (c == name if exact else c.startswith(name))]
 
@@ -306,7 +295,6 @@ class FilterModule:
         return {
             "nccl_env_merge": nccl_env_merge,
             "nccl_env_overrides_of": nccl_env_overrides_of,
-            "nccl_env_ipv4_from_facts": nccl_env_ipv4_from_facts,
             "nccl_env_setting_problems": nccl_env_setting_problems,
             "nccl_env_group_problems": nccl_env_group_problems,
             "nccl_env_group_outliers": nccl_env_group_outliers,
