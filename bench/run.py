@@ -1069,15 +1069,18 @@ def main(argv=None):
     result["seconds"] = time.time() - started
     result["machine"]["load_average_at_end"] = os.getloadavg()
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for path in (RESULTS / f"bench-{stamp}.json", RESULTS / "latest.json"):
+    # latest.* is the last run of every figure (what docs/benchmarks.md reports); a run of some
+    # (--only) is kept as latest-only.*, so that it does not hide the whole table.
+    latest = "latest" if set(args.only) == set(FIGURES) else "latest-only"
+    for path in (RESULTS / f"bench-{stamp}.json", RESULTS / f"{latest}.json"):
         path.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    (RESULTS / "latest.md").write_text(benchlib.markdown_table(result["rows"]) + "\n")
+    (RESULTS / f"{latest}.md").write_text(benchlib.markdown_table(result["rows"]) + "\n")
     print()
     print(benchlib.text_table(result["rows"]))
     for error in result["errors"]:
         print(f"not measured: {error['figure']}: {error['error'].splitlines()[0]}")
     print(f"\n{len(result['rows'])} figures in {result['seconds'] / 60:.1f} min; JSON in "
-          f"{(RESULTS / 'latest.json').relative_to(REPO)}, table in {(RESULTS / 'latest.md').relative_to(REPO)}")
+          f"{(RESULTS / f'{latest}.json').relative_to(REPO)}, table in {(RESULTS / f'{latest}.md').relative_to(REPO)}")
     return 0
 
 
