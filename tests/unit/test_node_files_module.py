@@ -1,0 +1,105 @@
+"""library/node_files.py run in-process as a task runs it, on real files: what it writes, what it
+leaves alone, what it refuses before writing anything, and what check and diff mode report."""
+
+import grp
+import json
+import os
+import pwd
+import stat
+
+import ansible.module_utils._internal
+import node_files
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+OWNER = pwd.getpwuid(os.getuid()).pw_name
+GROUP = grp.getgrgid(os.getgid()).gr_name
+
+
+@pytest.fixture(autouse=True)
+def module_side(monkeypatch):
+    monkeypatch.setattr(ansible.module_utils._internal, "is_controller", False)
+
+
+def run(capsys, files, check_mode=False, diff=False):
+    args = {"files": files}
+    if check_mode:
+        args["_ansible_check_mode"] = True
+    if diff:
+        args["_ansible_diff"] = True
+    with patch_module_args(args), pytest.raises(SystemExit):
+        node_files.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def entry(path, content, mode="0644"):
+    return {"path": str(path), "content": content, "owner": OWNER, "group": GROUP, "mode": mode}
+
+
+def actions(result):
+    return [one["action"] for one in result["files"]]
+
+
+def test_files_are_created_then_left_alone(capsys, tmp_path):
+    files = [entry(tmp_path / "nccl.conf", "NCCL_IB_DISABLE=1\n"), entry(tmp_path / "modules.csh", "x\n", "0600")]
+    first = run(capsys, files)
+    assert (first["changed"], actions(first)) == (True, ["created", "created"])
+    assert (tmp_path / "nccl.conf").read_text() == "NCCL_IB_DISABLE=1\n"
+    assert stat.S_IMODE((tmp_path / "modules.csh").stat().st_mode) == 0o600
+    second = run(capsys, files)
+    assert (second["changed"], actions(second)) == (False, ["none", "none"])
+    assert sorted(os.listdir(tmp_path)) == ["modules.csh", "nccl.conf"], "no temporary file is left"
+
+
+def test_new_content_replaces_the_file_and_a_mode_alone_is_changed_in_place(capsys, tmp_path):
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("old\n")
+    conf.chmod(0o644)
+    inode = conf.stat().st_ino
+    written = run(capsys, [entry(conf, "new\n")])
+    assert actions(written) == ["written"] and conf.read_text() == "new\n"
+    assert conf.stat().st_ino != inode, "renamed into place, not rewritten"
+    inode = conf.stat().st_ino
+    chmodded = run(capsys, [entry(conf, "new\n", "0640")])
+    assert actions(chmodded) == ["attributes"]
+    assert (stat.S_IMODE(conf.stat().st_mode), conf.stat().st_ino) == (0o640, inode)
+
+
+def test_check_mode_predicts_and_changes_nothing_and_diff_shows_the_change(capsys, tmp_path):
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("old\n")
+    result = run(capsys, [entry(conf, "new\n"), entry(tmp_path / "b.sh", "b\n")], check_mode=True, diff=True)
+    assert (result["changed"], actions(result)) == (True, ["written", "created"])
+    assert conf.read_text() == "old\n" and not (tmp_path / "b.sh").exists()
+    assert result["diff"][0] == {"before_header": str(conf), "after_header": str(conf), "before": "old\n",
+                                 "after": "new\n"}
+
+
+def test_a_link_in_the_way_is_refused_before_any_file_is_written(capsys, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("not ours\n")
+    (tmp_path / "b.conf").symlink_to(target)
+    result = run(capsys, [entry(tmp_path / "a.conf", "a\n"), entry(tmp_path / "b.conf", "b\n")])
+    assert result["failed"] is True
+    assert result["msg"] == f"{tmp_path / 'b.conf'} is a link: refusing to write through it (remove it, or give another path)"
+    assert target.read_text() == "not ours\n" and not (tmp_path / "a.conf").exists()
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"path": "etc/nccl.conf"}, "path 'etc/nccl.conf' is not allowed: give the absolute path of a file"),
+    ({"mode": "rw-r--r--"}, "mode 'rw-r--r--' of"),
+    ({"mode": "17777"}, "give permissions from 0000 to 7777"),
+    ({"owner": "no-such-user-x"}, "owner 'no-such-user-x' of"),
+    ({"group": "no-such-group-x"}, "group 'no-such-group-x' of"),
+])
+def test_bad_entries_are_refused_naming_the_value(capsys, tmp_path, change, words):
+    result = run(capsys, [{**entry(tmp_path / "a.conf", "a\n"), **change}])
+    assert result["failed"] is True and words in result["msg"], result["msg"]
+    assert not (tmp_path / "a.conf").exists()
+
+
+def test_a_directory_or_a_missing_parent_is_refused(capsys, tmp_path):
+    (tmp_path / "d").mkdir()
+    assert run(capsys, [entry(tmp_path / "d", "x\n")])["msg"] == f"{tmp_path / 'd'} is not a regular file: refusing to replace it"
+    missing = run(capsys, [entry(tmp_path / "nope" / "a.conf", "x\n")])
+    assert missing["msg"] == f"{tmp_path / 'nope'} is not a directory: {tmp_path / 'nope' / 'a.conf'} cannot be written"
