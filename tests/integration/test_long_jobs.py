@@ -8,8 +8,6 @@ import signal
 import subprocess
 import time
 
-import torch
-
 from cluster import REPO, alive, eventually, local_cluster
 from launch import TRAINER, outputs_of, unique_job_name
 
@@ -78,26 +76,6 @@ def test_the_warning_checkpoints_requeues_and_the_job_resumes_to_completed(clust
     assert f"[rank0] step={saved + 1} " not in first, "the first run stopped at the step it saved"
     assert "training complete steps=40" in second
     assert "restarts   1" in (folder / "summary.txt").read_text()
-
-
-def test_without_restarts_the_job_ends_at_its_time_limit_with_its_checkpoint(cluster, tmp_path):
-    """A real time limit (1 minute) and Slurm's own warning; no requeue allowed."""
-    name = unique_job_name("timeout")
-    launch = start_launch(tmp_path, *training(name, steps=1000, max_restarts=0), "time_limit=1",
-                          "slurm_launch_warning_seconds=20")
-    try:
-        out, _ = launch.communicate(timeout=300)
-    finally:
-        launch.kill()
-    assert launch.returncode != 0
-    folder, job = outputs_of(tmp_path, name)
-    assert (job["state"], job["restarts"]) == ("TIMEOUT", 0)
-    log = (folder / f"{name}-{job['job_id']}.out").read_text()
-    saved = int(re.search(r"\[rank0\] checkpoint saved step=(\d+) reason=SIGUSR1", log).group(1))
-    assert "no restarts left (0)" in log and "training complete" not in log
-    checkpoint = torch.load(cluster.nas / "jobs" / "alice" / name / "runs" / "1" / "checkpoints" / "checkpoint.pt")
-    assert checkpoint["step"] == saved > 0
-    assert f"ended TIMEOUT" in out
 
 
 def test_an_interrupted_launch_run_again_follows_the_same_job(cluster, tmp_path):

@@ -6,6 +6,8 @@ import pwd
 import subprocess
 from pathlib import Path
 
+import torch
+
 from cluster import REPO
 from launch import TRAINER, launch, unique_job_name
 
@@ -56,7 +58,8 @@ def test_a_job_name_launched_again_after_it_completed_trains_again_as_a_fresh_ru
 
 
 def test_a_run_stopped_at_its_time_limit_is_resumed_and_resume_never_starts_afresh(cluster, tmp_path):
-    """Two names at once, one node each: a real time limit (1 minute), Slurm's own warning, no restarts."""
+    """Two names at once, one node each: a real time limit (1 minute), Slurm's own warning, no restarts
+    (each job ends TIMEOUT with its checkpoint); then one is resumed, the other started afresh."""
     names = {node: unique_job_name("limit") for node in ("node110", "node111")}
     procs = {node: subprocess.Popen(
         ["ansible-playbook", "launch.yml", "-e", f"slurm_launch_outputs_dir={tmp_path}",
@@ -70,9 +73,12 @@ def test_a_run_stopped_at_its_time_limit_is_resumed_and_resume_never_starts_afre
             assert proc.returncode != 0 and "ended TIMEOUT" in out, out[-3000:]
             folder, job = newest(tmp_path, names[node])
             assert (job["state"], job["restarts"], job["run_line"]) == ("TIMEOUT", 0, "fresh run 1")
-            saved[node] = json.loads((run_dir(cluster, names[node], 1) / "checkpoints" / "checkpoint.json").read_text())["step"]
-            assert f"[rank0] checkpoint saved step={saved[node]} reason=SIGUSR1" in \
-                (folder / f"{names[node]}-{job['job_id']}.out").read_text()
+            checkpoints = run_dir(cluster, names[node], 1) / "checkpoints"
+            saved[node] = json.loads((checkpoints / "checkpoint.json").read_text())["step"]
+            assert torch.load(checkpoints / "checkpoint.pt")["step"] == saved[node] > 0
+            log = (folder / f"{names[node]}-{job['job_id']}.out").read_text()
+            assert f"[rank0] checkpoint saved step={saved[node]} reason=SIGUSR1" in log
+            assert "no restarts left (0)" in log and "training complete" not in log
     finally:
         for proc in procs.values():
             proc.kill()
