@@ -73,20 +73,19 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
     result = run(request(script, env={"WANDB_API_KEY": "secret"}, sweep={"lr": [0.1, 0.01]}), slurm_conf="/etc/s.conf")
     assert not result.get("failed"), result.get("msg")
     assert result["changed"] is False
-    facts = result["ansible_facts"]
-    marks = facts["_slurm_launch_placeholders"]
-    assert facts["_slurm_launch_environment"] == {"SLURM_CONF": "/etc/s.conf"}
-    assert (facts["_slurm_launch_script"], facts["_slurm_launch_code_dir"], facts["_slurm_launch_job_name"]) == (
-        str(script), str(script.parent), "train")
-    plan = facts["_slurm_launch_node_plan"]
+    marks = result["placeholders"]
+    assert result["environment"] == {"SLURM_CONF": "/etc/s.conf"}
+    assert (result["script"], result["code_dir"], result["job_name"]) == (str(script), str(script.parent), "train")
+    assert "ansible_facts" not in result, "nothing a fact cache would keep"
+    plan = result["node_plan"]
     assert (plan["names"], plan["node_group"], plan["num_nodes"], plan["partition"]) == (
         ["node110", "node111"], "gpu_A6000", 2, marks["partition"])
-    job = facts["_slurm_launch_job"]
+    job = result["job"]
     assert job["script"] == f"{marks['code_dir']}/train.py"
     assert job["script_args"] == ["--steps", "3"]
     assert (job["gpus_per_node"], job["cpus_per_task"], job["nproc_per_node"]) == (8, 16, 8)
     assert job["nccl_env_file"] == "/nas/nccl/nccl-gpu_A6000.sh"
-    files = {one["name"]: one for one in facts["_slurm_launch_job_files"]}
+    files = {one["name"]: one for one in result["job_files"]}
     assert set(files) == {"train.sbatch", "gpu_check.py", "sweep.tsv"}
     # The job script as Ansible's template lookup renders it: only the user reads a script with env values.
     sbatch = files["train.sbatch"]
@@ -101,19 +100,19 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
 
 
 def test_each_launch_draws_its_own_placeholders(script):
-    first, second = (run(request(script))["ansible_facts"]["_slurm_launch_placeholders"] for _ in range(2))
+    first, second = (run(request(script))["placeholders"] for _ in range(2))
     assert first["run_dir"] != second["run_dir"]
     assert first["run_dir"].removeprefix("/run-dir-") == first["code_dir"].removeprefix("/code-dir-") \
         == first["partition"].removeprefix("partition-")
 
 
 def test_a_partition_given_is_the_jobs_and_a_group_names_no_nodelist(script):
-    facts = run(request(script, nodes="", group="gpu_A6000", num_nodes=1, partition="long"))["ansible_facts"]
-    assert facts["_slurm_launch_node_plan"]["partition"] == "long"
-    content = facts["_slurm_launch_job_files"][0]["content"].splitlines()
+    found = run(request(script, nodes="", group="gpu_A6000", num_nodes=1, partition="long"))
+    assert found["node_plan"]["partition"] == "long"
+    content = found["job_files"][0]["content"].splitlines()
     assert "#SBATCH --partition=long" in content and "#SBATCH --nodes=1" in content
     assert not any(line.startswith("#SBATCH --nodelist") for line in content)
-    assert facts["_slurm_launch_job_files"][0]["mode"] == "0644"
+    assert found["job_files"][0]["mode"] == "0644"
 
 
 @pytest.mark.parametrize("given, extra_vars, words", [
@@ -139,7 +138,7 @@ def test_the_first_problem_found_fails_the_task(script, given, extra_vars, words
     result = run(request(script, **given), extra_vars=extra_vars or ("nodes=x",))
     assert result.get("failed") is True, result
     assert words in result["msg"], result["msg"]
-    assert "ansible_facts" not in result
+    assert "job" not in result
 
 
 def test_a_missing_script_and_a_directory_are_named_on_the_controller(script):
@@ -153,11 +152,11 @@ def test_a_missing_script_and_a_directory_are_named_on_the_controller(script):
 def test_following_a_job_or_a_preflight_checks_the_shape_only(script):
     following = run(request(script, job_id=12, nodes="", time_limit="nonsense"))
     assert not following.get("failed"), following.get("msg")
-    assert following["ansible_facts"]["_slurm_launch_following"] is True
-    assert "_slurm_launch_job" not in following["ansible_facts"]
+    assert following["following"] is True
+    assert "job" not in following
     preflight = run(request(script, script="", nodes="node110,node999"), render=False)
     assert not preflight.get("failed"), preflight.get("msg")
-    assert "_slurm_launch_node_plan" not in preflight["ansible_facts"]
+    assert "node_plan" not in preflight and preflight["following"] is False
     assert run(request(script, nodes=7), render=False)["msg"].startswith("nodes=7 is not allowed")
 
 

@@ -27,15 +27,16 @@ description:
     its files: the job script from C(train.sbatch.j2), the GPU check C(gpu_check.py), and a
     sweep's table. The run's and the code's directories and, unless given, the partition are
     placeholders there, which the slurm_job module fills in as it stages the job.
-  - Sets its findings as facts (RV(ansible_facts)). Runs on the controller, changes nothing,
-    and runs the same in check mode.
+  - Returns its findings, for the task to register (RV(job), RV(job_files), RV(node_plan), ...): not
+    as facts, which a fact cache would keep and a set_fact of the same name would hide. Runs on the
+    controller, changes nothing, and runs the same in check mode.
 version_added: "0.1.0"
 author: ansible-slurm-train
 options:
   request:
     description:
       - The role's values, by their short C(-e) names (C(nodes), C(group), C(script), ...); every
-        key of the role's request is required (see the role's C(tasks/derive.yml)).
+        key of the role's request is required (see the role's C(vars/main.yml)).
     type: dict
     required: true
   render:
@@ -67,46 +68,48 @@ EXAMPLES = r"""
     request:
       nodes: "{{ slurm_launch_nodes }}"
       group: "{{ slurm_launch_group }}"
-      # ... every value of the role's request (tasks/derive.yml)
+      # ... every value of the role's request (vars/main.yml's _slurm_launch_request)
+  register: _slurm_launch_checked
 """
 
 RETURN = r"""
-ansible_facts:
-  description: What the launch's later tasks read.
+environment:
+  description: The environment of Slurm's commands on the submit host (C(SLURM_CONF) when set).
   returned: success
   type: dict
-  contains:
-    _slurm_launch_environment:
-      description: The environment of Slurm's commands on the submit host (C(SLURM_CONF) when set).
-      type: dict
-    _slurm_launch_following:
-      description: Whether the request follows a job already submitted (C(job_id)).
-      type: bool
-    _slurm_launch_script:
-      description: The training script's absolute path on the controller ('.' and '..' resolved).
-      type: str
-    _slurm_launch_code_dir:
-      description: The directory staged with it.
-      type: str
-    _slurm_launch_job_name:
-      description: The job's name (the script's name unless given).
-      type: str
-    _slurm_launch_placeholders:
-      description: The words that stand for the run's and code's directories and the partition.
-      type: dict
-    _slurm_launch_node_plan:
-      description: The job's nodes from the inventory (node_health.py's node_inventory_plan), with its partition.
-      type: dict
-      returned: with render, unless following
-    _slurm_launch_job:
-      description: The job's values (train_job's).
-      type: dict
-      returned: with render, unless following
-    _slurm_launch_job_files:
-      description: The files the staging run writes into the run's directory, each name, content and mode.
-      type: list
-      elements: dict
-      returned: with render, unless following
+following:
+  description: Whether the request follows a job already submitted (C(job_id)).
+  returned: success
+  type: bool
+script:
+  description: The training script's absolute path on the controller ('.' and '..' resolved).
+  returned: success
+  type: str
+code_dir:
+  description: The directory staged with it.
+  returned: success
+  type: str
+job_name:
+  description: The job's name (the script's name unless given).
+  returned: success
+  type: str
+placeholders:
+  description: The words that stand for the run's and code's directories and the partition in RV(job).
+  returned: success
+  type: dict
+node_plan:
+  description: The job's nodes from the inventory (node_health.py's node_inventory_plan), with its partition.
+  returned: with render, unless following
+  type: dict
+job:
+  description: The job's values (train_job's).
+  returned: with render, unless following
+  type: dict
+job_files:
+  description: The files the staging run writes into the run's directory, each name, content and mode.
+  returned: with render, unless following
+  type: list
+  elements: dict
 """
 
 import importlib.util
@@ -138,7 +141,7 @@ _script_path = _load("script_path", _HERE.parent / "filter_plugins" / "script_pa
 _shell_words = _load("shell_words", _HERE.parent / "filter_plugins" / "shell_words.py").shell_words
 _train_job = _load("train_job", _HERE.parents[1] / "cluster" / "filter_plugins" / "train_job.py")
 
-# Every value of a request, by its short -e name; the task passes each (tasks/derive.yml).
+# Every value of a request, by its short -e name; the task passes each (vars/main.yml's _slurm_launch_request).
 REQUEST_KEYS = (
     "nodes", "group", "script", "script_args", "job_name", "code_dir", "partition", "account", "num_nodes",
     "gpus_per_node", "cpus_per_task", "nproc_per_node", "omp_num_threads", "master_port", "job_id",
@@ -318,20 +321,20 @@ class ActionModule(ActionBase):
         following = _nodes._as_int(request["job_id"]) > 0
         script_file, code_dir, job_name = derived(request)
         marks = placeholders("".join(secrets.choice(PLACEHOLDER_CHARS) for _ in range(20)))
-        facts = {
-            "_slurm_launch_environment": {"SLURM_CONF": args["slurm_conf"]} if args["slurm_conf"] else {},
-            "_slurm_launch_following": following,
-            "_slurm_launch_script": script_file,
-            "_slurm_launch_code_dir": code_dir,
-            "_slurm_launch_job_name": job_name,
-            "_slurm_launch_placeholders": marks,
+        found = {
+            "environment": {"SLURM_CONF": args["slurm_conf"]} if args["slurm_conf"] else {},
+            "following": following,
+            "script": script_file,
+            "code_dir": code_dir,
+            "job_name": job_name,
+            "placeholders": marks,
         }
         groups = task_vars.get("groups") or {}
         problem = shape_problem(request, groups, following)
         if problem:
             return {**result, "failed": True, "msg": problem}
         if not args["render"] or following:
-            return {**result, "ansible_facts": facts}
+            return {**result, **found}
 
         try:
             plan = _nodes.node_inventory_plan(
@@ -347,9 +350,7 @@ class ActionModule(ActionBase):
             job = put_together(request, script_file, code_dir, job_name, plan, marks)
         except AnsibleError as exc:  # the filters' refusals: script_args that split into no words, ...
             return {**result, "failed": True, "msg": str(exc.message)}
-        facts.update(_slurm_launch_node_plan=plan, _slurm_launch_job=job,
-                     _slurm_launch_job_files=self.job_files(job, task_vars))
-        return {**result, "ansible_facts": facts}
+        return {**result, **found, "node_plan": plan, "job": job, "job_files": self.job_files(job, task_vars)}
 
     def unknown_keys(self, args, task_vars):
         """The -e keys a launch does not know, as slurm_launch_extra_vars says them ('' for none)."""
