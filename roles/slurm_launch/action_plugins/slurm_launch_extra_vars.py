@@ -131,6 +131,32 @@ def unknown_keys_message(unknown, aliases, options, prefixes, prefixed=()):
     )
 
 
+def check_extra_vars(loader, defaults_file, argument_specs_file, prefixes, task_vars):
+    """The -e keys given to ansible-playbook against what the role reads: aliases, known (sorted),
+    given (sorted), unknown, and msg (unknown_keys_message; '' when none is unknown). The task's
+    variables are the prefixed names only suggested. AnsibleActionFail when the role's files cannot
+    be read. This action's and the slurm_launch_request action's one check."""
+    try:
+        with open(defaults_file, encoding="utf-8") as handle:
+            defaults_text = handle.read()
+    except OSError as error:
+        raise AnsibleActionFail(f"cannot read the role's defaults {defaults_file}: {error}") from None
+    specs = loader.load_from_file(argument_specs_file) or {}
+    try:
+        options = known_options(defaults_text, specs)
+    except ValueError as error:
+        raise AnsibleActionFail(f"{argument_specs_file} {error}") from None
+    aliases = aliases_of(defaults_text)
+    given = sorted(load_extra_vars(loader))
+    unknown = unknown_keys(given, aliases, options, prefixes)
+    msg = ""
+    if unknown:
+        prefixed = [name for name in task_vars if name.startswith(prefixes) and name not in given]
+        msg = unknown_keys_message(unknown, aliases, options, prefixes, prefixed)
+    return {"aliases": aliases, "known": sorted(options | set(aliases)), "given": given, "unknown": unknown,
+            "msg": msg}
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -143,24 +169,9 @@ class ActionModule(ActionBase):
             "argument_specs_file": {"type": "path", "required": True},
             "prefixes": {"type": "list", "elements": "str", "default": list(DEFAULT_PREFIXES)},
         })
-        try:
-            with open(args["defaults_file"], encoding="utf-8") as handle:
-                defaults_text = handle.read()
-        except OSError as error:
-            raise AnsibleActionFail(f"cannot read the role's defaults {args['defaults_file']}: {error}") from None
-        specs = self._loader.load_from_file(args["argument_specs_file"]) or {}
-        try:
-            options = known_options(defaults_text, specs)
-        except ValueError as error:
-            raise AnsibleActionFail(f"{args['argument_specs_file']} {error}") from None
-        aliases = aliases_of(defaults_text)
-        prefixes = tuple(args["prefixes"])
-
-        given = sorted(load_extra_vars(self._loader))
-        unknown = unknown_keys(given, aliases, options, prefixes)
-        result.update(changed=False, aliases=aliases, known=sorted(options | set(aliases)), given=given,
-                      unknown=unknown)
-        if unknown:
-            prefixed = [name for name in task_vars or {} if name.startswith(prefixes) and name not in given]
-            result.update(failed=True, msg=unknown_keys_message(unknown, aliases, options, prefixes, prefixed))
+        found = check_extra_vars(self._loader, args["defaults_file"], args["argument_specs_file"],
+                                 tuple(args["prefixes"]), task_vars or {})
+        result.update(changed=False, **{key: found[key] for key in ("aliases", "known", "given", "unknown")})
+        if found["unknown"]:
+            result.update(failed=True, msg=found["msg"])
         return result

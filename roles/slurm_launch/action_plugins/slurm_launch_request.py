@@ -235,12 +235,11 @@ def shape_problem(request, groups, following):
     return ""
 
 
-def job_problem(request, script_file, job_name, plan, host):
+def job_problem(request, script_file, script_args, job_name, plan, host):
     """The first problem of what reaches the job script, the training script and the nodes, in the
     order a user fixes them: the values that land in the job script (the rules of train_job, which
     checks the job it puts together again), the training script (on the controller: the launch
     stages it, and its directory, onto the NAS), the nodes against the inventory. '' when none."""
-    script_args = _shell_words(request["script_args"])
     given = {key: request[key] for key in GIVEN_KEYS}
     given.update(script=script_file, script_args=script_args, job_name=job_name)
     if request["partition"]:
@@ -259,7 +258,7 @@ def job_problem(request, script_file, job_name, plan, host):
     return plan["problem"]
 
 
-def put_together(request, script_file, code_dir, job_name, plan, marks):
+def put_together(request, script_file, script_args, code_dir, job_name, plan, marks):
     """The job's values (train_job's); its script is where the slurm_job action stages it: relative to
     the code's directory, links resolved."""
     script = f"{marks['code_dir']}/{os.path.relpath(os.path.realpath(script_file), os.path.realpath(code_dir))}"
@@ -291,7 +290,7 @@ def put_together(request, script_file, code_dir, job_name, plan, marks):
         "rendezvous": request["rendezvous"],
         "master_port": request["master_port"],
         "script": script,
-        "script_args": _shell_words(request["script_args"]),
+        "script_args": script_args,
         "sweep": _sweep.sweep_points(request["sweep"]),
         "sweep_parallel": request["sweep_parallel"],
         # GPU_CHECK, written into the run's directory by the staging run.
@@ -314,7 +313,8 @@ class ActionModule(ActionBase):
         request = args["request"]
         result["changed"] = False
 
-        unknown = self.unknown_keys(args, task_vars)
+        unknown = _extra_vars.check_extra_vars(self._loader, args["defaults_file"], args["argument_specs_file"],
+                                               _extra_vars.DEFAULT_PREFIXES, task_vars)["msg"]
         if unknown:
             return {**result, "failed": True, "msg": unknown}
 
@@ -344,33 +344,16 @@ class ActionModule(ActionBase):
                                                   "cpus_per_task", "nproc_per_node")},
                  "nccl_env": bool(request["nccl_env_dir"])})
             plan["partition"] = request["partition"] or marks["partition"]
-            problem = job_problem(request, script_file, job_name, plan, task_vars.get("inventory_hostname"))
+            # As a shell would split them; split once, for the checks and the job.
+            script_args = _shell_words(request["script_args"])
+            problem = job_problem(request, script_file, script_args, job_name, plan,
+                                  task_vars.get("inventory_hostname"))
             if problem:
                 return {**result, "failed": True, "msg": problem}
-            job = put_together(request, script_file, code_dir, job_name, plan, marks)
+            job = put_together(request, script_file, script_args, code_dir, job_name, plan, marks)
         except AnsibleError as exc:  # the filters' refusals: script_args that split into no words, ...
             return {**result, "failed": True, "msg": str(exc.message)}
         return {**result, **found, "node_plan": plan, "job": job, "job_files": self.job_files(job, task_vars)}
-
-    def unknown_keys(self, args, task_vars):
-        """The -e keys a launch does not know, as slurm_launch_extra_vars says them ('' for none)."""
-        try:
-            defaults_text = Path(args["defaults_file"]).read_text(encoding="utf-8")
-        except OSError as error:
-            raise AnsibleActionFail(f"cannot read the role's defaults {args['defaults_file']}: {error}") from None
-        specs = self._loader.load_from_file(args["argument_specs_file"]) or {}
-        try:
-            options = _extra_vars.known_options(defaults_text, specs)
-        except ValueError as error:
-            raise AnsibleActionFail(f"{args['argument_specs_file']} {error}") from None
-        aliases = _extra_vars.aliases_of(defaults_text)
-        prefixes = _extra_vars.DEFAULT_PREFIXES
-        given = sorted(_extra_vars.load_extra_vars(self._loader))
-        unknown = _extra_vars.unknown_keys(given, aliases, options, prefixes)
-        if not unknown:
-            return ""
-        prefixed = [name for name in task_vars if name.startswith(prefixes) and name not in given]
-        return _extra_vars.unknown_keys_message(unknown, aliases, options, prefixes, prefixed)
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be
