@@ -141,7 +141,8 @@ def check_extra_vars(loader, defaults_file, argument_specs_file, prefixes, task_
             defaults_text = handle.read()
     except OSError as error:
         raise AnsibleActionFail(f"cannot read the role's defaults {defaults_file}: {error}") from None
-    specs = loader.load_from_file(argument_specs_file) or {}
+    # Read, not changed: no copy of the loader's cached specs.
+    specs = loader.load_from_file(argument_specs_file, unsafe=True) or {}
     try:
         options = known_options(defaults_text, specs)
     except ValueError as error:

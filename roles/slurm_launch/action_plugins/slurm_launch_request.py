@@ -57,6 +57,14 @@ options:
     description: The role's C(meta/argument_specs.yml): its main entry point's options are known C(-e) keys.
     type: path
     required: true
+  validate_entry_point:
+    description:
+      - An entry point of O(argument_specs_file) whose options are checked against the task's
+        variables first, as Ansible checks a role's before its tasks (the same rules and message).
+      - For a play that imports the role with C(rolespec_validate=false) (C(launch.yml)): the
+        check is then part of this task, not a task of its own. Empty checks none.
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""
@@ -120,6 +128,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
@@ -141,7 +150,9 @@ _script_path = _load("script_path", _HERE.parent / "filter_plugins" / "script_pa
 _shell_words = _load("shell_words", _HERE.parent / "filter_plugins" / "shell_words.py").shell_words
 _train_job = _load("train_job", _HERE.parents[1] / "cluster" / "filter_plugins" / "train_job.py")
 
-# Every value of a request, by its short -e name; the task passes each (vars/main.yml's _slurm_launch_request).
+# Every value of a request, by its short -e name; the task passes each (vars/main.yml's _slurm_launch_request:
+# the key KEY is the variable ROLE_PREFIX + KEY).
+ROLE_PREFIX = "slurm_launch_"
 REQUEST_KEYS = (
     "nodes", "group", "script", "script_args", "job_name", "code_dir", "partition", "account", "num_nodes",
     "gpus_per_node", "cpus_per_task", "nproc_per_node", "omp_num_threads", "master_port", "job_id",
@@ -159,6 +170,7 @@ ARGUMENT_SPEC = {
     "slurm_conf": {"type": "str", "default": ""},
     "defaults_file": {"type": "path", "required": True},
     "argument_specs_file": {"type": "path", "required": True},
+    "validate_entry_point": {"type": "str", "default": ""},
 }
 JOB_TEMPLATE = "train.sbatch.j2"
 # Written into the run's directory; the job runs it on every node before a GPU job trains.
@@ -313,6 +325,14 @@ class ActionModule(ActionBase):
         request = args["request"]
         result["changed"] = False
 
+        if args["validate_entry_point"]:
+            errors = self.role_argument_errors(args["argument_specs_file"], args["validate_entry_point"], request,
+                                               task_vars)
+            if errors:
+                # Ansible's own words for a role's arguments (its validate_argument_spec action's).
+                return {**result, "failed": True, "argument_errors": errors,
+                        "msg": "Validation of arguments failed:\n" + "\n".join(errors)}
+
         unknown = _extra_vars.check_extra_vars(self._loader, args["defaults_file"], args["argument_specs_file"],
                                                _extra_vars.DEFAULT_PREFIXES, task_vars)["msg"]
         if unknown:
@@ -354,6 +374,23 @@ class ActionModule(ActionBase):
         except AnsibleError as exc:  # the filters' refusals: script_args that split into no words, ...
             return {**result, "failed": True, "msg": str(exc.message)}
         return {**result, **found, "node_plan": plan, "job": job, "job_files": self.job_files(job, task_vars)}
+
+    def role_argument_errors(self, argument_specs_file, entry_point, request, task_vars):
+        """The role's variables against the options of its argument specs' entry point, as Ansible
+        checks them before a role's tasks (validate_argument_spec's rules); the errors. The request's
+        values are its slurm_launch_<key> variables, templated already (vars/main.yml); the others are
+        templated here."""
+        # Read, not changed: no copy of the loader's cached specs (the role's loading read them).
+        specs = self._loader.load_from_file(argument_specs_file, unsafe=True) or {}
+        try:
+            options = specs["argument_specs"][entry_point]["options"]
+        except (KeyError, TypeError):
+            raise AnsibleActionFail(f"{argument_specs_file} has no argument_specs.{entry_point}.options") from None
+        given = {f"{ROLE_PREFIX}{key}": value for key, value in request.items()}
+        values = {name: given[name] for name in options if name in given}
+        values.update(self._templar.template({name: task_vars[name] for name in options
+                                              if name in task_vars and name not in given}))
+        return ArgumentSpecValidator(options).validate(values, validate_role_argument_spec=True).error_messages
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be
