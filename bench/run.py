@@ -869,16 +869,24 @@ class Provisioner:
 
 
 def bench_provision(provisioners, reps):
+    """Each cluster's first provision.yml, then `reps` no-change runs of each, alternating between
+    the clusters (2, 4, 2, 4, ...): the ratio's two figures are taken in the same minutes, so that
+    this machine's drift (shared cores; runs minutes apart differ by a quarter) falls on both alike."""
     rows, details, base = [], {}, None
-    for nodes, prov in provisioners:
-        first = prov.first_run()
-        seconds, changed, runs = [], [], []
-        for rep in range(reps):
+    for _, prov in provisioners:
+        prov.first_run()
+    taken = {nodes: {"seconds": [], "changed": [], "runs": []} for nodes, _ in provisioners}
+    for rep in range(reps):
+        for nodes, prov in provisioners:
             run = prov.run()
-            seconds.append(run.seconds)
-            changed.append(sum(host.get("changed", 0) for host in run.recap().values()))
-            runs.append(run)
-            log(f"second provision.yml on {nodes} nodes, {rep + 1}/{reps}: {run.seconds:.1f} s, changed={changed[-1]}")
+            taken[nodes]["seconds"].append(run.seconds)
+            taken[nodes]["changed"].append(sum(host.get("changed", 0) for host in run.recap().values()))
+            taken[nodes]["runs"].append(run)
+            log(f"second provision.yml on {nodes} nodes, {rep + 1}/{reps}: {run.seconds:.1f} s, "
+                f"changed={taken[nodes]['changed'][-1]}")
+    for nodes, prov in provisioners:
+        first = prov.first
+        seconds, changed, runs = taken[nodes]["seconds"], taken[nodes]["changed"], taken[nodes]["runs"]
         second = row("4 provision", f"second provision.yml, {nodes} nodes (changed={max(changed)})", seconds, "s")
         if base is None:
             base = second
@@ -936,36 +944,39 @@ def scale_inventory(directory, count):
 
 
 def bench_render(reps):
+    """launch.yml --check of each variant, the variants alternating in each round (2, 1,000, 1,000,
+    2, ...) so that the ratios' figures share this machine's drift; the first round is a warm-up."""
     rows, details, runs_by = [], {}, {}
-    base = None
     variants = [("2 nodes, group=bench_big num_nodes=2", 2, ["group=bench_big", "num_nodes=2"]),
                 ("1,000 nodes, group=bench_big num_nodes=1000", 1000, ["group=bench_big", "num_nodes=1000"]),
                 ("1,000 nodes, nodes=big[0001-1000]", 1000, ["nodes=big[0001-1000]"])]
+    taken = {label: [] for label, _, _ in variants}
     with tempfile.TemporaryDirectory(dir=RESULTS / "tmp") as tmp:
         made = {count: scale_inventory(Path(tmp) / f"nodes{count}", count) for count in (2, 1000)}
-        for label, count, request in variants:
-            inventory, fake, _ = made[count]
-            env = {"PATH": f"{BENCH / 'fakeslurm'}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}",
-                   "BENCH_FAKE_SLURM": str(fake)}
-            seconds, runs = [], []
-            for rep in range(reps + 1):  # the first is a warm-up
+        for rep in range(reps + 1):  # the first round is a warm-up
+            for label, count, request in variants:
+                inventory, fake, _ = made[count]
+                env = {"PATH": f"{BENCH / 'fakeslurm'}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}",
+                       "BENCH_FAKE_SLURM": str(fake)}
                 run = playbook(inventory, "launch.yml", f"script={TRAINER}", "nproc_per_node=2",
                                f"job_name={unique('bench-render')}", *request, check=True, env=env)
                 if run.rc != 0:
                     raise RuntimeError(f"launch.yml --check ({label}) failed:\n{run.tail(40)}")
                 if rep:
-                    seconds.append(run.seconds)
-                    runs.append(run)
-            log(f"render {label}: median {benchlib.summary(seconds)['median']:.2f} s")
-            result = row("5 render", f"launch.yml --check, {label}", seconds, "s")
-            if base is None:
-                base = result
-            else:
-                result["ratios"] = [against(result, base, "2 nodes")]
-                grown = result["ratios"][0]["ratio"]
-                result["goal"] = verdict(None if grown is None else grown <= 1.1, "<= 1.1x 2 nodes")
-            rows.append(result)
-            runs_by[label] = profile(runs)
+                    taken[label].append(run)
+    base = None
+    for label, _, _ in variants:
+        seconds = [run.seconds for run in taken[label]]
+        log(f"render {label}: median {benchlib.summary(seconds)['median']:.2f} s")
+        result = row("5 render", f"launch.yml --check, {label}", seconds, "s")
+        if base is None:
+            base = result
+        else:
+            result["ratios"] = [against(result, base, "2 nodes")]
+            grown = result["ratios"][0]["ratio"]
+            result["goal"] = verdict(None if grown is None else grown <= 1.1, "<= 1.1x 2 nodes")
+        rows.append(result)
+        runs_by[label] = profile(taken[label])
     details["profiles"] = runs_by
     return rows, details
 
@@ -1062,7 +1073,7 @@ def main(argv=None):
             measure("render", bench_render, reps["render"])
         if "scale" in args.only:
             # bench/scale.py: bench16 (16 nodes) provisioned and running a 16-rank job.
-            measure("scale", scale.bench_scale, sys.modules[__name__], result, reps["scale"], args.keep_up)
+            measure("scale", scale.bench_scale, sys.modules[__name__], reps["scale"], args.keep_up)
     finally:
         for cluster in clusters:
             cluster.down(args.keep_up)

@@ -2,8 +2,8 @@
 
 bench/inventory/bench16 (16 compute nodes of 1 CPU, 10.96.0.0/24) is brought up unless it is up;
 the first provision.yml installs, then `reps` more must change nothing: their median against
-the 2-node no-change provision.yml of figure 4 (its samples when figure 4 ran in this run, else
-measured here on bench2 with figure 4's own helper). Then launch.yml of a 16-node job, one rank
+the 2-node no-change provision.yml on bench2, whose runs alternate with them (figure 4's own
+helper), so that both figures are taken in the same minutes. Then launch.yml of a 16-node job, one rank
 per node (16 gloo ranks of examples/train_ddp.py, a few steps), followed to its end. Memory and
 load are sampled all along: 16 slurmd, 16 sshd and 16 ranks share this machine's cores.
 
@@ -74,12 +74,6 @@ def watched(what, function, *args):
     return value, usage
 
 
-def figure4_row(result):
-    """The 2-node no-change provision.yml row of figure 4, when it was measured in this run."""
-    return next((r for r in result["rows"] if r["figure"] == "4 provision"
-                 and r["measured"].startswith("second provision.yml, 2 nodes")), None)
-
-
 def training_log_facts(outputs):
     """From the collected log: the world size the ranks saw, how many hosts ran a rank, the
     allreduce check and the training's last line."""
@@ -92,7 +86,7 @@ def training_log_facts(outputs):
             "training_complete": "training complete" in text}
 
 
-def bench_scale(bench, result, reps, keep_up, steps=5):
+def bench_scale(bench, reps, keep_up, steps=5):
     rows, details = [], {"nodes": NODE_COUNT, "inventory": str(INVENTORY_16.relative_to(bench.REPO))}
     clusters = []
     try:
@@ -106,22 +100,19 @@ def bench_scale(bench, result, reps, keep_up, steps=5):
                                   [time.time() - started], "s"))
         bench.log(f"bench16: {'brought up' if cluster16.brought_up else 'already up'}; usage {usage}")
 
-        # Provisioning: the 2-node baseline from figure 4 if it ran, else measured here alike.
+        # Provisioning: the 2-node baseline measured here, its no-change runs alternating with the
+        # 16-node ones (figure 4's helper), so that the ratio's two figures share this machine's drift.
         prov16 = bench.Provisioner(cluster16, INVENTORY_16)
-        base = figure4_row(result)
-        provisioners = [(NODE_COUNT, prov16)]
-        if base is None:
-            cluster2 = bench.Cluster(bench.INVENTORY_2, accounting=True).up()
-            clusters.append(cluster2)
-            provisioners.insert(0, (2, bench.Provisioner(cluster2, bench.INVENTORY_2)))
-        details["baseline"] = "figure 4, this run" if base is not None else "measured by this figure on bench2"
+        cluster2 = bench.Cluster(bench.INVENTORY_2, accounting=True).up()
+        clusters.append(cluster2)
+        provisioners = [(2, bench.Provisioner(cluster2, bench.INVENTORY_2)), (NODE_COUNT, prov16)]
+        details["baseline"] = "bench2, its no-change runs alternating with bench16's"
         (prov_rows, prov_details), usage = watched("provision", bench.bench_provision, provisioners, reps)
         details["provision"] = {**prov_details, "usage": usage}
         for prov_row in prov_rows:
             prov_row["figure"] = FIGURE
         second16 = next(r for r in prov_rows if r["measured"].startswith(f"second provision.yml, {NODE_COUNT} nodes"))
-        if base is None:
-            base = next(r for r in prov_rows if r["measured"].startswith("second provision.yml, 2 nodes"))
+        base = next(r for r in prov_rows if r["measured"].startswith("second provision.yml, 2 nodes"))
         second16["ratios"] = [bench.against(second16, base, "2 nodes")]
         ratio = second16["ratios"][0]["ratio"]
         second16["goal"] = bench.verdict(None if ratio is None else ratio <= PROVISION_GOAL, f"<= {PROVISION_GOAL}x 2 nodes")

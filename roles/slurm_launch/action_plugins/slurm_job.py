@@ -23,8 +23,8 @@ job that is not final yet (wait=false), and in check mode, one line says what wa
 from __future__ import annotations
 
 import importlib.util
-import os
 import time
+from pathlib import Path
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -34,23 +34,22 @@ from ansible.utils.display import Display
 
 display = Display()
 
-# The code staging of the job_dir action plugin beside this one (its CodeToStage), one rule for both.
-_JOB_DIR_SPEC = importlib.util.spec_from_file_location(
-    "_slurm_job_job_dir_action", os.path.join(os.path.dirname(os.path.abspath(__file__)), "job_dir.py"))
-_job_dir_action = importlib.util.module_from_spec(_JOB_DIR_SPEC)
-_JOB_DIR_SPEC.loader.exec_module(_job_dir_action)
-# The outputs of a finished job, written on the controller (job_outputs.py beside this one).
-_COLLECT_SPEC = importlib.util.spec_from_file_location(
-    "_slurm_job_job_outputs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "job_outputs.py"))
-_job_outputs = importlib.util.module_from_spec(_COLLECT_SPEC)
-_COLLECT_SPEC.loader.exec_module(_job_outputs)
+_HERE = Path(__file__).resolve().parent
 
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+# The code staging of the job_dir action plugin beside this one (its CodeToStage), one rule for both.
+_job_dir_action = _load(_HERE / "job_dir.py", "_slurm_job_job_dir_action")
+# The outputs of a finished job, written on the controller (job_outputs.py beside this one).
+_job_outputs = _load(_HERE / "job_outputs.py", "_slurm_job_job_outputs")
 # The rule of which Python ansible-core runs modules on (the cluster role's target_python.py).
-_PY_SPEC = importlib.util.spec_from_file_location(
-    "_slurm_job_target_python",
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cluster", "filter_plugins", "target_python.py"))
-_target_python = importlib.util.module_from_spec(_PY_SPEC)
-_PY_SPEC.loader.exec_module(_target_python)
+_target_python = _load(_HERE.parents[1] / "cluster" / "filter_plugins" / "target_python.py", "_slurm_job_target_python")
 
 # Arguments that only the submission needs; later slices follow the job by its id.
 SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage", "nodes")

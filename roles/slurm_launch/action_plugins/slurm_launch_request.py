@@ -3,10 +3,10 @@
 
 Everything a launch checks before it writes or submits anything, in the order a user fixes it,
 and the job script rendered: what were six tasks of asserts and set_facts, each a round of
-Ansible's task machinery (about 0.1 s), is one pass in Python here. The rules are the filters'
-(request_checks, node_health, sweep, script_path, shell_words, and the cluster role's train_job),
-loaded beside this plugin, so the launch, the preflight, the job templates and the Python API
-share one copy of each.
+Ansible's task machinery (about 0.1 s), is one pass in Python here. The rules are request_checks'
+(beside it) and the filters' (node_health, sweep, script_path, shell_words, and the cluster role's
+train_job), loaded from their files, so the launch, the preflight, the job templates and the
+Python API share one copy of each.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def _load(name, path):
 
 
 _extra_vars = _load("extra_vars", _HERE / "slurm_launch_extra_vars.py")
-_checks = _load("request_checks", _HERE.parent / "filter_plugins" / "request_checks.py")
+_checks = _load("request_checks", _HERE / "request_checks.py")
 _nodes = _load("node_health", _HERE.parent / "filter_plugins" / "node_health.py")
 _sweep = _load("sweep", _HERE.parent / "filter_plugins" / "sweep.py")
 _script_path = _load("script_path", _HERE.parent / "filter_plugins" / "script_path.py").script_path

@@ -111,4 +111,5 @@ def node_plan(nodes_info, hostvars, groups, request):
 
 class FilterModule:
     def filters(self):
-        return {"node_plan": node_plan, "node_inventory_plan": node_inventory_plan}
+        # node_inventory_plan is the slurm_launch_request action's, which loads this file.
+        return {"node_plan": node_plan}

@@ -1,5 +1,5 @@
-"""The checks of a request's values that each used to be an assert in a loop (request.yml): one
-pass each, so that a launch pays one task for them, not one per value."""
+"""The checks of a request's names and counts, one pass each, for the slurm_launch_request action
+beside this file (a helper of it, not a plugin: no task or filter reads it by name)."""
 
 import json
 import re
@@ -34,8 +34,3 @@ def count_problems(counts):
         problems.append(f"{item['key']}={text} is not allowed: give a whole number, at least {low}{most}"
                         f"{item.get('hint', '')}.")
     return problems
-
-
-class FilterModule:
-    def filters(self):
-        return {"text_problems": text_problems, "count_problems": count_problems}

@@ -1,4 +1,5 @@
-"""request_checks: a request's names and counts checked in one pass each (request.yml)."""
+"""request_checks (the slurm_launch_request action's helper): a request's names and counts checked
+in one pass each."""
 
 import importlib.util
 
@@ -7,7 +8,7 @@ import pytest
 from conftest import PROJECT_ROOT
 
 spec = importlib.util.spec_from_file_location(
-    "request_checks", PROJECT_ROOT / "roles" / "slurm_launch" / "filter_plugins" / "request_checks.py")
+    "request_checks", PROJECT_ROOT / "roles" / "slurm_launch" / "action_plugins" / "request_checks.py")
 request_checks = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(request_checks)
 
