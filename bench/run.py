@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shlex
 import shutil
 import subprocess
@@ -71,11 +72,31 @@ def ansible_env(extra=None):
             "ANSIBLE_CALLBACKS_ENABLED": "bench_timeline", **(extra or {})}
 
 
-class Run:
-    """One finished ansible-playbook run: exit code, wall-clock start and end, output, timeline."""
+def machine_cpu_seconds():
+    """CPU seconds every core of this machine has spent busy since boot (/proc/stat's user, nice,
+    system, irq and softirq: not idle, iowait, or steal, the hypervisor's)."""
+    user, nice, system, _idle, _iowait, irq, softirq = (
+        int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, rc, started, ended, output, timeline):
+
+def children_cpu_seconds():
+    """CPU seconds (user and system) of this process's finished children and theirs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Run:
+    """One finished ansible-playbook run: exit code, wall-clock start and end, output, timeline,
+    and CPU seconds: the playbook's own (ansible-playbook, its workers and the ssh clients they
+    waited for: the controller) and the whole machine's over the run. The rest is mostly the hosts'
+    side (sshd, sudo, the modules' Python, Slurm's daemons: the local cluster's hosts share this
+    machine's cores, as a real cluster's do not), with ssh's persistent connection masters
+    (ControlPersist: nobody waits for them) and anything else running."""
+
+    def __init__(self, rc, started, ended, output, timeline, cpu=None):
         self.rc, self.started, self.ended, self.output, self.timeline = rc, started, ended, output, timeline
+        self.cpu = cpu or {}
 
     @property
     def seconds(self):
@@ -104,6 +125,7 @@ def playbook(inventory, play, *extra_vars, check=False, env=None, timeout=1800):
     tmp.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w+", dir=tmp, suffix=".out") as out, \
             tempfile.NamedTemporaryFile("r", dir=tmp, suffix=".timeline.json") as timeline:
+        machine_before, controller_before = machine_cpu_seconds(), children_cpu_seconds()
         started = time.time()
         proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=ansible_env({"BENCH_TIMELINE": timeline.name, **(env or {})}))
@@ -113,13 +135,17 @@ def playbook(inventory, play, *extra_vars, check=False, env=None, timeout=1800):
             proc.kill()
             rc = proc.wait()
         ended = time.time()
+        machine = machine_cpu_seconds() - machine_before
+        controller = children_cpu_seconds() - controller_before
+        cpu = {"controller_s": round(controller, 2), "machine_s": round(machine, 2),
+               "rest_s": round(max(machine - controller, 0.0), 2)}
         out.seek(0)
         output = out.read()
         try:
             data = json.loads(Path(timeline.name).read_text() or "null")
         except (OSError, ValueError):
             data = None
-    return Run(rc, started, ended, output, data)
+    return Run(rc, started, ended, output, data, cpu)
 
 
 def local_cluster(*args):
@@ -310,6 +336,9 @@ def profile(runs, top=8):
         "task_medians": {name: round(benchlib.summary(v)["median"], 3) for name, v in per_task.items()},
         "seconds_by_action": dict(sorted(((action, round(benchlib.summary(v)["median"], 3))
                                           for action, v in per_action.items()), key=lambda item: -item[1])),
+        # CPU seconds of a run (medians): the controller's, the machine's, the rest (see Run).
+        "cpu": {key: benchlib.summary([run.cpu[key] for run in runs if run.cpu])["median"]
+                for key in ("controller_s", "machine_s", "rest_s")} if any(run.cpu for run in runs) else None,
     }
 
 
