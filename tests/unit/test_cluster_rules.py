@@ -133,7 +133,7 @@ def test_every_role_names_the_env_file_through_the_one_filter():
     # filter's nccl_env_file, which submit.yml expects on the NAS) call the same rule.
     uses = {path.relative_to(ROOT).as_posix() for path in (ROOT / "roles").rglob("*.yml")
             if "cluster_nccl_env_file" in path.read_text()}
-    assert uses == {"roles/nccl_env/tasks/main.yml", "roles/slurm_launch/tasks/preflight_report.yml"}
+    assert uses == {"roles/nccl_env/tasks/deferred_node_files.yml", "roles/slurm_launch/tasks/preflight_report.yml"}
     assert "_slurm_launch_checked.job.nccl_env_file" in (ROOT / "roles/slurm_launch/tasks/submit.yml").read_text()
     for path in (ROOT / "roles").rglob("*"):
         if path.is_file() and path.suffix in (".yml", ".py", ".j2"):

@@ -72,6 +72,8 @@ EXAMPLES = r"""
   slurm_launch_request:
     defaults_file: "{{ role_path }}/defaults/main.yml"
     argument_specs_file: "{{ role_path }}/meta/argument_specs.yml"
+    # launch.yml imports the role with rolespec_validate: false; its arguments are checked here.
+    validate_entry_point: main
     slurm_conf: "{{ cluster_slurm_conf }}"
     request:
       nodes: "{{ slurm_launch_nodes }}"
@@ -380,7 +382,7 @@ class ActionModule(ActionBase):
         checks them before a role's tasks (validate_argument_spec's rules); the errors. The request's
         values are its slurm_launch_<key> variables, templated already (vars/main.yml); the others are
         templated here."""
-        # Read, not changed: no copy of the loader's cached specs (the role's loading read them).
+        # Read only: the loader's cached parse (the -e keys' check reads it too), not a deep copy.
         specs = self._loader.load_from_file(argument_specs_file, unsafe=True) or {}
         try:
             options = specs["argument_specs"][entry_point]["options"]
