@@ -902,21 +902,23 @@ def bench_provision(provisioners, reps):
     the clusters (2, 4, 2, 4, ...): the ratio's two figures are taken in the same minutes, so that
     this machine's drift (shared cores; runs minutes apart differ by a quarter) falls on both alike."""
     rows, details, base = [], {}, None
+    def changed(run):
+        return sum(host.get("changed", 0) for host in run.recap().values())
+
     for _, prov in provisioners:
         prov.first_run()
-    taken = {nodes: {"seconds": [], "changed": [], "runs": []} for nodes, _ in provisioners}
+    taken = {nodes: [] for nodes, _ in provisioners}
     for rep in range(reps):
         for nodes, prov in provisioners:
             run = prov.run()
-            taken[nodes]["seconds"].append(run.seconds)
-            taken[nodes]["changed"].append(sum(host.get("changed", 0) for host in run.recap().values()))
-            taken[nodes]["runs"].append(run)
+            taken[nodes].append(run)
             log(f"second provision.yml on {nodes} nodes, {rep + 1}/{reps}: {run.seconds:.1f} s, "
-                f"changed={taken[nodes]['changed'][-1]}")
+                f"changed={changed(run)}")
     for nodes, prov in provisioners:
-        first = prov.first
-        seconds, changed, runs = taken[nodes]["seconds"], taken[nodes]["changed"], taken[nodes]["runs"]
-        second = row("4 provision", f"second provision.yml, {nodes} nodes (changed={max(changed)})", seconds, "s")
+        first, runs = prov.first, taken[nodes]
+        seconds, changed_counts = [run.seconds for run in runs], [changed(run) for run in runs]
+        second = row("4 provision", f"second provision.yml, {nodes} nodes (changed={max(changed_counts)})", seconds,
+                     "s")
         if base is None:
             base = second
         else:
@@ -931,7 +933,7 @@ def bench_provision(provisioners, reps):
         rows += [second, installers]
         details[f"{nodes}_nodes"] = {"first_seconds": first.seconds, "first_installers": first.installers,
                                      "first_changed": first.recap(), "nas_was_fresh": fresh,
-                                     "second_changed": changed, "profile": profile(runs)}
+                                     "second_changed": changed_counts, "profile": profile(runs)}
     return rows, details
 
 
@@ -982,11 +984,11 @@ def bench_render(reps):
     taken = {label: [] for label, _, _ in variants}
     with tempfile.TemporaryDirectory(dir=RESULTS / "tmp") as tmp:
         made = {count: scale_inventory(Path(tmp) / f"nodes{count}", count) for count in (2, 1000)}
+        envs = {count: {"PATH": f"{BENCH / 'fakeslurm'}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}",
+                        "BENCH_FAKE_SLURM": str(fake)} for count, (_, fake, _) in made.items()}
         for rep in range(reps + 1):  # the first round is a warm-up
             for label, count, request in variants:
-                inventory, fake, _ = made[count]
-                env = {"PATH": f"{BENCH / 'fakeslurm'}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}",
-                       "BENCH_FAKE_SLURM": str(fake)}
+                inventory, env = made[count][0], envs[count]
                 run = playbook(inventory, "launch.yml", f"script={TRAINER}", "nproc_per_node=2",
                                f"job_name={unique('bench-render')}", *request, check=True, env=env)
                 if run.rc != 0:
