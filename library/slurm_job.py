@@ -10,7 +10,9 @@ description:
   - Submitting is idempotent. The job carries the comment C(fingerprint:<hash>), the first 16 hex
     digits of the SHA-256 of O(job_name) followed by the script's content. When a pending or
     running job of the current user with the same name and fingerprint exists, the module follows
-    it instead of submitting a copy (O(force) submits anyway).
+    it instead of submitting a copy (O(force) submits anyway). With O(stage), a run that this
+    module run took afresh (its directory made now, with O_EXCL) is in no submitted script, so no
+    copy can exist, and C(squeue) is not asked before its submission.
   - The job's state comes from C(scontrol show job) (with C(--local) for a job id that is not a
     federation's, which spares slurmctld a federation lookup per query); a job that slurmctld has forgotten (it ended
     more than C(MinJobAge) ago) is looked up with C(sacct) when accounting is available
@@ -1359,7 +1361,7 @@ class SlurmJobRunner:
             self.finish(f"cannot read script {params['script']}: {error.strerror}")
         comment = "fingerprint:" + job_fingerprint(params["job_name"], content)
         find_copy = None if params["force"] else (lambda: self.slurm.find_active_copy(params["job_name"], comment))
-        copy = find_copy() if find_copy else None
+        copy = find_copy() if find_copy and not self.run_taken_afresh() else None
         if copy is not None:
             self.result.update(job_id=copy["job_id"], found_existing=True)
             return
@@ -1379,6 +1381,13 @@ class SlurmJobRunner:
             self.finish(f"sbatch submitted job {job_id} to cluster {cluster} (a --clusters/-M in the script, or "
                         f"{'/'.join(CLUSTERS_VARIABLES)} in the environment); {CLUSTERS_RULE}. Cancel it with "
                         f"'scancel -M {cluster} {job_id}' unless it is wanted there")
+
+    def run_taken_afresh(self):
+        """Whether staging took a new run now: its directory, in the script, did not exist before
+        this module run made it, so no earlier submission can carry this fingerprint. A sbatch whose
+        reply was lost is still looked for before it is tried again (SlurmClient.submit)."""
+        staged = self.result["staged"] or {}
+        return bool(staged.get("run_id")) and not staged.get("resumed") and staged.get("run_dir") in staged.get("made", [])
 
     def query(self):
         self.record(self.find(self.params["job_id"]))

@@ -1113,7 +1113,7 @@ def staged_request(tmp_path, **stage):
 def test_stage_writes_the_script_for_the_run_taken_and_submits_it_in_the_same_run(slurm_cli, clock, tmp_path,
                                                                                    job_output):
     run_dir = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp" / "runs" / "1"
-    slurm_cli.answer(SQUEUE)
+    # No squeue first: the run was taken now, so no job can carry its script's fingerprint yet.
     slurm_cli.answer(["sbatch"], out="1234\n")
     slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
 
@@ -1123,12 +1123,44 @@ def test_stage_writes_the_script_for_the_run_taken_and_submits_it_in_the_same_ru
     script = run_dir / "train-ddp.sbatch"
     # Without a code_hash there is no code directory: its placeholder stands for nothing.
     assert script.read_text() == STAGED_SCRIPT.replace(RUN_WORD, str(run_dir)).replace(CODE_WORD, "")
-    assert slurm_cli.argvs[1][-1] == str(script) and slurm_cli.calls[1]["cwd"] == str(run_dir)
-    assert slurm_cli.argvs[1][3] == "--comment=fingerprint:" + slurm_job.job_fingerprint("train-ddp", script.read_bytes())
+    assert slurm_cli.argvs[0][-1] == str(script) and slurm_cli.calls[0]["cwd"] == str(run_dir)
+    assert slurm_cli.argvs[0][3] == "--comment=fingerprint:" + slurm_job.job_fingerprint("train-ddp", script.read_bytes())
     result = outcome.result
     assert (result["submitted"], result["changed"], result["job_id"]) == (True, True, 1234)
     assert (result["staged"]["run_id"], result["staged"]["files_written"]) == (1, ["train-ddp.sbatch"])
     assert result["end_marker"] == f"{run_dir}/.%j.ended"
+
+
+def test_a_resumed_run_is_looked_for_in_squeue_and_its_job_followed_not_submitted_again(slurm_cli, clock, tmp_path,
+                                                                                       job_output):
+    """A launch cut off after its sbatch leaves a run with no end record: the next one resumes
+    that run, with the same script, and finds the job that the first submitted."""
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    first = run_module(staged_request(tmp_path)).result
+    script = os.path.join(first["staged"]["run_dir"], "train-ddp.sbatch")
+    comment = "fingerprint:" + slurm_job.job_fingerprint("train-ddp", open(script, "rb").read())
+    slurm_cli.answer(SQUEUE, out=f"1234|train-ddp|PENDING|Resources||{comment}\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+
+    again = run_module(staged_request(tmp_path)).result
+
+    assert (again["staged"]["run_id"], again["staged"]["resumed"]) == (1, True)
+    assert (again["job_id"], again["found_existing"], again["submitted"]) == (1234, True, False)
+    assert [argv[0] for argv in slurm_cli.argvs] == ["sbatch", "scontrol", "squeue", "scontrol"]
+
+
+def test_a_fresh_runs_lost_sbatch_reply_is_still_looked_for_before_trying_again(slurm_cli, clock, tmp_path,
+                                                                                job_output):
+    slurm_cli.answer(["sbatch"], 1, "", "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n")
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+
+    result = run_module(staged_request(tmp_path)).result
+
+    assert (result["staged"]["resumed"], result["submitted"], result["job_id"]) == (False, True, 1234)
+    assert [argv[0] for argv in slurm_cli.argvs] == ["sbatch", "squeue", "sbatch", "scontrol"]
 
 
 def test_stage_submits_nothing_while_the_expected_file_or_the_code_is_missing(slurm_cli, clock, tmp_path):
@@ -1145,7 +1177,6 @@ def test_stage_submits_nothing_while_the_expected_file_or_the_code_is_missing(sl
 
 def test_stage_in_check_mode_writes_nothing_and_slurm_predicts_from_the_filled_script(slurm_cli, clock, tmp_path,
                                                                                       slurm_output):
-    slurm_cli.answer(SQUEUE)
     slurm_cli.answer(["sbatch", "--test-only"], err=slurm_output("sbatch_test_only.stderr"))
     seen = {}
     real = slurm_cli.run_command
@@ -1226,7 +1257,6 @@ def nodes_request(tmp_path, **nodes):
 def test_the_nodes_are_checked_against_sinfo_and_their_partition_fills_the_script_in(slurm_cli, clock, tmp_path,
                                                                                      slurm_output, job_output):
     slurm_cli.answer(SINFO, out=slurm_output("sinfo_nodes_busy.txt"))
-    slurm_cli.answer(SQUEUE)
     slurm_cli.answer(["sbatch"], out="1234\n")
     slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
     outcome = run_module(nodes_request(tmp_path))
