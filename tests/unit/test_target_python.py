@@ -1,15 +1,17 @@
-"""target_python.py: the command that asks a host for its Python and what the answer means (the
-cluster role's target_python.yml and the slurm_job action apply it)."""
+"""The cluster role's target_python action: the command that asks a host for its Python, what the
+answer means (the slurm_job action applies the same rule), and the task that refuses an old one."""
 
 import importlib.util
 import subprocess
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 
-from conftest import PROJECT_ROOT
+from conftest import PROJECT_ROOT, init_plugin_loader
 
 spec = importlib.util.spec_from_file_location(
-    "target_python_filters", PROJECT_ROOT / "roles" / "cluster" / "filter_plugins" / "target_python.py")
+    "target_python_action", PROJECT_ROOT / "roles" / "cluster" / "action_plugins" / "target_python.py")
 target_python = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(target_python)
 
@@ -52,3 +54,43 @@ def test_the_probe_runs_in_a_shell_and_quotes_what_it_is_given(tmp_path):
     none = subprocess.run(["sh", "-c", target_python.target_python_probe("auto_silent", ["/nonexistent/python"])],
                           capture_output=True, text=True, check=True).stdout
     assert none == "no Python found\n"
+
+
+def run_action(answer, task_vars, args=None):
+    """The target_python task's result on a host whose shell answers the probe with ``answer``;
+    and the commands it ran there (with become or not)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    plugin_loader = init_plugin_loader()
+    task = SimpleNamespace(args=args or {}, async_val=0, check_mode=True, action="target_python")
+    loader = DataLoader()
+    plugin = target_python.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
+                                        plugin_loader)
+    ran = []
+    with mock.patch.object(plugin, "_low_level_execute_command",
+                           side_effect=lambda cmd, **kwargs: ran.append((cmd, kwargs)) or {"rc": 0, "stdout": answer}):
+        return plugin.run(task_vars={"inventory_hostname": "node110", **task_vars}), ran
+
+
+def test_the_task_refuses_an_old_python_naming_the_host_and_the_fix_in_check_mode_too():
+    result, ran = run_action("/opt/py/python3.6 Python 3.6.8\n", {"ansible_python_interpreter": "/opt/py/python3.6"})
+    assert (result["failed"], result["changed"], result["python"]) == (True, False, "/opt/py/python3.6 Python 3.6.8")
+    assert result["msg"].startswith("node110: ansible-core 2.19.")
+    assert "and /opt/py/python3.6 is Python 3.6." in result["msg"]
+    # One command, as the connecting account (not become: the interpreter is the same for both).
+    assert ran == [("printf '%s ' /opt/py/python3.6; /opt/py/python3.6 -V 2>&1 || true", {"sudoable": False})]
+
+
+def test_the_task_passes_a_python_new_enough_found_by_discovery():
+    result, ran = run_action("/usr/bin/python3 Python 3.11.2\n", {})
+    assert (result.get("failed", False), result["changed"], result["python"]) == (
+        False, False, "/usr/bin/python3 Python 3.11.2")
+    # interpreter_python = auto_silent (ansible.cfg): the fallbacks are tried in discovery's order.
+    assert ran[0][0].startswith("for p in ") and "python3" in ran[0][0]
+
+
+def test_the_task_takes_no_options():
+    result, ran = run_action("", {}, args={"interpreter": "/usr/bin/python3"})
+    assert result["failed"] is True and "target_python takes no options, got ['interpreter']" in result["msg"]
+    assert ran == []

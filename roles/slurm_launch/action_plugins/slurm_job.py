@@ -29,7 +29,6 @@ from pathlib import Path
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible.release import __version__ as ansible_version
 from ansible.utils.display import Display
 
 display = Display()
@@ -48,8 +47,8 @@ def _load(path, name):
 _job_dir_action = _load(_HERE / "job_dir.py", "_slurm_job_job_dir_action")
 # The outputs of a finished job, written on the controller (job_outputs.py beside this one).
 _job_outputs = _load(_HERE / "job_outputs.py", "_slurm_job_job_outputs")
-# The rule of which Python ansible-core runs modules on (the cluster role's target_python.py).
-_target_python = _load(_HERE.parents[1] / "cluster" / "filter_plugins" / "target_python.py", "_slurm_job_target_python")
+# The rule of which Python ansible-core runs modules on (the cluster role's target_python action).
+_target_python = _load(_HERE.parents[1] / "cluster" / "action_plugins" / "target_python.py", "_slurm_job_target_python")
 
 # Arguments that only the submission needs; later slices follow the job by its id.
 SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage", "nodes")
@@ -201,16 +200,7 @@ class ActionModule(ActionBase):
         """A module run that gave no answer: when the host's Python is one ansible-core cannot run
         modules on, say so, as the cluster role's target_python.yml would have before any module ran
         (the launch skips that round trip; it only costs one here, after a failure)."""
-        config = self._shared_loader_obj.lookup_loader.get("ansible.builtin.config", loader=self._loader,
-                                                           templar=self._templar)
-        interpreter = task_vars.get("ansible_python_interpreter")
-        interpreter = (self._templar.template(interpreter) if interpreter
-                       else config.run(["INTERPRETER_PYTHON"], variables=task_vars)[0])
-        fallbacks = config.run(["INTERPRETER_PYTHON_FALLBACK"], variables=task_vars)[0]
-        answer = self._low_level_execute_command(_target_python.target_python_probe(interpreter, fallbacks),
-                                                 sudoable=False)
-        problem = _target_python.target_python_problem(answer.get("stdout", ""), task_vars.get("inventory_hostname"),
-                                                       ansible_version)
+        _, problem = _target_python.probe_problem(self, task_vars)
         if not problem:
             return result
         # The module's own output is the old Python's refusal of it: the problem says what it means.
