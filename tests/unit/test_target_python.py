@@ -94,3 +94,50 @@ def test_the_task_takes_no_options():
     result, ran = run_action("", {}, args={"interpreter": "/usr/bin/python3"})
     assert result["failed"] is True and "target_python takes no options, got ['interpreter']" in result["msg"]
     assert ran == []
+
+
+def run_nccl_network_facts(module_result, answer):
+    """The nccl_network_facts action's result when its module run returns ``module_result`` and the
+    host's shell answers the Python probe with ``answer``; and the probes run."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    spec = importlib.util.spec_from_file_location(
+        "nccl_network_facts_action", PROJECT_ROOT / "roles" / "nccl_env" / "action_plugins" / "nccl_network_facts.py")
+    action = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(action)
+    plugin_loader = init_plugin_loader()
+    task = SimpleNamespace(args={"detect_ipv4": True}, async_val=0, check_mode=False, action="nccl_network_facts")
+    loader = DataLoader()
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
+                                 plugin_loader)
+    probes = []
+    with mock.patch.object(plugin, "_execute_module", return_value=dict(module_result)) as module, \
+            mock.patch.object(plugin, "_low_level_execute_command",
+                              side_effect=lambda cmd, **kwargs: probes.append(cmd) or {"rc": 0, "stdout": answer}):
+        result = plugin.run(task_vars={"inventory_hostname": "node110",
+                                       "ansible_python_interpreter": "/opt/py/python3.6"})
+    assert module.call_args.kwargs["module_args"] == {"detect_ipv4": True}
+    return result, probes
+
+
+def test_the_nccl_detection_run_on_too_old_a_python_says_so_as_the_python_check_would_have():
+    """provision.yml's compute play runs no Python check: its first module run explains its own failure."""
+    failure = {"failed": True, "msg": "MODULE FAILURE: No start of json char found", "module_stdout": "",
+               "module_stderr": "SyntaxError: invalid syntax", "rc": 1}
+    result, probes = run_nccl_network_facts(failure, "/opt/py/python3.6 Python 3.6.8\n")
+    assert result["failed"] is True and "module_stderr" not in result
+    assert result["msg"].startswith("node110: ansible-core 2.19.")
+    assert "and /opt/py/python3.6 is Python 3.6." in result["msg"]
+    assert probes == ["printf '%s ' /opt/py/python3.6; /opt/py/python3.6 -V 2>&1 || true"]
+
+
+def test_the_nccl_detection_asks_nothing_more_when_it_answered_or_failed_for_its_own_reasons():
+    answered = {"changed": False, "ansible_facts": {"nccl_network": {"hcas": []}}}
+    assert run_nccl_network_facts(answered, "unused") == ({**answered}, [])
+    own = {"failed": True, "msg": "sysfs_root /sys/class/infiniband: not a directory"}
+    assert run_nccl_network_facts(own, "unused") == ({**own}, [])
+    # A module failure on a Python new enough is left as the module said it.
+    crash = {"failed": True, "msg": "MODULE FAILURE", "module_stderr": "Traceback ...", "rc": 1}
+    result, probes = run_nccl_network_facts(crash, "/usr/bin/python3 Python 3.11.2\n")
+    assert result == crash and len(probes) == 1

@@ -2,9 +2,9 @@
 """Action plugin: ask a host for its Python and refuse one ansible-core cannot run modules on.
 
 One task where a `raw` probe and an assert on its answer were two: each task is a round of
-Ansible's task machinery on every host. The probe and its rule live here, once: the slurm_job
-action applies them too (probe_problem), only once its first module run has failed, so that a
-launch pays no round trip for them.
+Ansible's task machinery on every host. The probe and its rule live here, once: the actions of
+slurm_job and nccl_network_facts apply them too (explain_module_failure), only once their module
+run has failed, so that a launch, and provision.yml's compute nodes, pay no round trip for them.
 """
 
 from __future__ import annotations
@@ -98,6 +98,21 @@ def probe_problem(action, task_vars):
     answer = action._low_level_execute_command(target_python_probe(interpreter, fallbacks),
                                                sudoable=False).get("stdout", "")
     return answer, target_python_problem(answer, task_vars.get("inventory_hostname"), ansible_version)
+
+
+def explain_module_failure(action, result, task_vars):
+    """``result``, a module run of ``action``'s: when it gave no answer (``module_stderr``) and the
+    host's Python is one ansible-core cannot run modules on, that failure said as this action's task
+    would have before any module ran. An action whose module is the first to run on a host skips
+    that task (a round trip per host) and pays the probe only here, after a failure."""
+    if not (result.get("failed") and "module_stderr" in result):
+        return result
+    _, problem = probe_problem(action, task_vars)
+    if not problem:
+        return result
+    # The module's own output is the old Python's refusal of it: the problem says what it means.
+    return {key: value for key, value in result.items() if key not in ("module_stdout", "module_stderr")} | {
+        "msg": problem}
 
 
 class ActionModule(ActionBase):

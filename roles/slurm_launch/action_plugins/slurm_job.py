@@ -190,22 +190,10 @@ class ActionModule(ActionBase):
             result = code.stage(self, lambda extra: self._execute_module(
                 "slurm_job", module_args={**args, "stage": {**args["stage"], **extra}}, task_vars=task_vars),
                 self._task.check_mode, lambda answer: answer.get("staged"))
-        if result.get("failed") and "module_stderr" in result:
-            result = self.python_problem(result, task_vars)
+        result = _target_python.explain_module_failure(self, result, task_vars)
         for note in (result.get("nodes_checked") or {}).get("notes") or []:
             display.display(note)
         return result
-
-    def python_problem(self, result, task_vars):
-        """A module run that gave no answer: when the host's Python is one ansible-core cannot run
-        modules on, say so, as the cluster role's target_python.yml would have before any module ran
-        (the launch skips that round trip; it only costs one here, after a failure)."""
-        _, problem = _target_python.probe_problem(self, task_vars)
-        if not problem:
-            return result
-        # The module's own output is the old Python's refusal of it: the problem says what it means.
-        return {key: value for key, value in result.items() if key not in ("module_stdout", "module_stderr")} | {
-            "msg": problem}
 
     def show(self, result, previous):
         if result.get("job_id") is None:
