@@ -5,25 +5,49 @@ without a module system the script does nothing and fails nothing. The module fi
 roles/cuda_toolkit renders (Tcl, which Lmod reads through its tcl2lua), so Lmod is shown to take
 it as written. Environment Modules is not tested here: Debian's package conflicts with lmod."""
 
+import importlib.util
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+
+from conftest import init_plugin_loader
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "module_path"
 # Debian's lmod: what a login shell sources (it sets MODULEPATH from /etc/lmod/modulespath and
 # sources Lmod's init for the shell).
 LMOD_INIT = Path("/etc/profile.d/lmod.sh")
 CUDA_ROLE = ROLE.parent / "cuda_toolkit"
+PROFILE = "/etc/profile.d/zz-ansible-slurm-train-modules"
+
+
+def run_render(dirs, profile=PROFILE):
+    """The role's module_path_render task's result for these settings (its action plugin, with the
+    role's search path, as Ansible runs it)."""
+    spec = importlib.util.spec_from_file_location("module_path_render_action",
+                                                  ROLE / "action_plugins" / "module_path_render.py")
+    action = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(action)
+    loader = DataLoader()
+    task = SimpleNamespace(args={"dirs": dirs, "profile": profile}, async_val=0, check_mode=False,
+                           action="module_path_render")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
+                                 init_plugin_loader())
+    return plugin.run(task_vars={"ansible_search_path": [str(ROLE)]})
 
 
 def render(name, dirs):
-    templar = Templar(loader=DataLoader(), variables={"module_path_dirs": dirs, "ansible_managed": "Ansible managed"})
-    return templar.template(trust_as_template((ROLE / "templates" / name).read_text()))
+    """The script the role renders from template ``name`` for ``dirs``."""
+    suffix = {"modules.sh.j2": ".sh", "modules.csh.j2": ".csh"}[name]
+    result = run_render(dirs)
+    assert not result.get("failed"), result.get("msg")
+    return next(one["content"] for one in result["files"] if one["path"] == PROFILE + suffix)
 
 
 def cuda_modulefiles(root, home, version="11.8.0"):
@@ -114,3 +138,24 @@ def test_without_a_module_system_the_script_does_nothing(tmp_path):
         proc = subprocess.run([shell, "-c", '. "$1" && echo sourced', shell, str(profile)],
                               capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, "sourced\n", ""), shell
+
+
+def test_the_task_gives_both_scripts_as_node_files_takes_them():
+    result = run_render(["/nas/modulefiles"])
+    assert result["changed"] is False
+    assert [{key: one[key] for key in ("path", "owner", "group", "mode")} for one in result["files"]] == [
+        {"path": PROFILE + ".sh", "owner": "root", "group": "root", "mode": "0644"},
+        {"path": PROFILE + ".csh", "owner": "root", "group": "root", "mode": "0644"}]
+    assert result["files"][0]["content"].startswith("# Ansible managed")
+
+
+@pytest.mark.parametrize("dirs, profile", [
+    ([], PROFILE), (["relative/modulefiles"], PROFILE), (["/nas/a b"], PROFILE), (["/nas/$(reboot)"], PROFILE),
+    (["/nas/../etc"], PROFILE), (["/nas/.."], PROFILE), ("/nas/modulefiles", PROFILE), ([None], PROFILE),
+    (["/nas/modulefiles"], "/etc/bashrc"), (["/nas/modulefiles"], "/etc/profile.d/a b"),
+    (["/nas/modulefiles"], "/etc/profile.d/../x")])
+def test_settings_that_cannot_go_into_a_shell_script_are_refused_naming_both(dirs, profile):
+    result = run_render(dirs, profile)
+    assert result["failed"] is True and "files" not in result
+    assert result["msg"].startswith(f"module_path_dirs={dirs} must be absolute paths")
+    assert f"module_path_profile={profile} a name in /etc/profile.d" in result["msg"]
