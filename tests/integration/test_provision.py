@@ -456,5 +456,12 @@ def test_second_provision_run_reports_changed_zero(tmp_path, http_standins):
         counts = recap(second)
         assert set(counts) == {"localhost", "pv-n1", "pv-n2"}
         assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), second.stdout[-4000:]
+        # A NAS path with '..' is refused by the NAS play's first check, before any NAS path is
+        # looked at or probed as the NAS owner.
+        escaping = f"{state / 'nas'}/../jobs"
+        refused = playbook(inventory, REPO / "provision.yml", {**variables, "cluster_jobs_dir": escaping})
+        assert refused.returncode != 0
+        assert f"cluster_jobs_dir={escaping}: each must be an absolute path" in refused.stdout, refused.stdout[-3000:]
+        assert "TASK [Look at the NAS root" not in refused.stdout
     finally:
         local_cluster("down", "-i", str(inventory))
