@@ -461,7 +461,9 @@ def test_second_provision_run_reports_changed_zero(tmp_path, http_standins):
         escaping = f"{state / 'nas'}/../jobs"
         refused = playbook(inventory, REPO / "provision.yml", {**variables, "cluster_jobs_dir": escaping})
         assert refused.returncode != 0
-        assert f"cluster_jobs_dir={escaping}: each must be an absolute path" in refused.stdout, refused.stdout[-3000:]
+        assert (f"cluster_jobs_dir={escaping!r} is not allowed: an absolute path of letters, digits, '_', '.', '+', "
+                "'-' and '/', without '..' (provision.yml writes there as the NAS owner)") in refused.stdout, \
+            refused.stdout[-3000:]
         assert "TASK [Look at the NAS root" not in refused.stdout
     finally:
         local_cluster("down", "-i", str(inventory))

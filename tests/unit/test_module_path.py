@@ -27,7 +27,7 @@ CUDA_ROLE = ROLE.parent / "cuda_toolkit"
 PROFILE = "/etc/profile.d/zz-ansible-slurm-train-modules"
 
 
-def run_render(dirs, profile=PROFILE):
+def run_render(dirs, profile=PROFILE, **more):
     """The role's module_path_render task's result for these settings (its action plugin, with the
     role's search path, as Ansible runs it)."""
     spec = importlib.util.spec_from_file_location("module_path_render_action",
@@ -35,10 +35,11 @@ def run_render(dirs, profile=PROFILE):
     action = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(action)
     loader = DataLoader()
-    task = SimpleNamespace(args={"dirs": dirs, "profile": profile}, async_val=0, check_mode=False,
+    task = SimpleNamespace(args={"dirs": dirs, "profile": profile, **more}, async_val=0, check_mode=False,
                            action="module_path_render")
     plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
                                  init_plugin_loader())
+    plugin._load_name = "module_path_render"  # as the plugin loader names it
     return plugin.run(task_vars={"ansible_search_path": [str(ROLE)]})
 
 
@@ -159,3 +160,10 @@ def test_settings_that_cannot_go_into_a_shell_script_are_refused_naming_both(dir
     assert result["failed"] is True and "files" not in result
     assert result["msg"].startswith(f"module_path_dirs={dirs} must be absolute paths")
     assert f"module_path_profile={profile} a name in /etc/profile.d" in result["msg"]
+
+
+def test_an_unknown_option_is_refused_in_ansibles_words():
+    from ansible.errors import AnsibleActionFail
+
+    with pytest.raises(AnsibleActionFail, match=r"^Unsupported parameters for \(module_path_render\) module: dir\."):
+        run_render(["/nas/modulefiles"], dir="/nas/other")

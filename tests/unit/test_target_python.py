@@ -67,10 +67,13 @@ def run_action(answer, task_vars, args=None):
     loader = DataLoader()
     plugin = target_python.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
                                         plugin_loader)
+    plugin._load_name = "target_python"  # as the plugin loader names it
     ran = []
     with mock.patch.object(plugin, "_low_level_execute_command",
                            side_effect=lambda cmd, **kwargs: ran.append((cmd, kwargs)) or {"rc": 0, "stdout": answer}):
-        return plugin.run(task_vars={"inventory_hostname": "node110", **task_vars}), ran
+        result = plugin.run(task_vars={"inventory_hostname": "node110", **task_vars})
+    assert ran, "the host was asked"
+    return result, ran
 
 
 def test_the_task_refuses_an_old_python_naming_the_host_and_the_fix_in_check_mode_too():
@@ -91,9 +94,10 @@ def test_the_task_passes_a_python_new_enough_found_by_discovery():
 
 
 def test_the_task_takes_no_options():
-    result, ran = run_action("", {}, args={"interpreter": "/usr/bin/python3"})
-    assert result["failed"] is True and "target_python takes no options, got ['interpreter']" in result["msg"]
-    assert ran == []
+    from ansible.errors import AnsibleActionFail
+
+    with pytest.raises(AnsibleActionFail, match=r"^Unsupported parameters for \(target_python\) module: interpreter\."):
+        run_action("", {}, args={"interpreter": "/usr/bin/python3"})
 
 
 def run_nccl_network_facts(module_result, answer):

@@ -121,8 +121,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        if self._task.args:
-            return {**result, "failed": True, "msg": f"target_python takes no options, got {sorted(self._task.args)}"}
+        self.validate_argument_spec(argument_spec={})  # no options: any given is refused, in Ansible's words
         answer, problem = probe_problem(self, task_vars)
         result.update(changed=False, python=answer.strip())
         if problem:

@@ -74,11 +74,11 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
-        unknown = sorted(set(args) - {"dirs", "profile"})
-        if unknown:
-            return {**result, "failed": True, "msg": f"module_path_render: unknown options {unknown} (dirs, profile)"}
-        dirs, profile = args.get("dirs"), args.get("profile")
+        # Unknown and missing options refused in Ansible's words; the values as given ('raw'): a
+        # string is no list of directories, which Ansible's list type would make of it.
+        _, args = self.validate_argument_spec(argument_spec={"dirs": {"type": "raw", "required": True},
+                                                             "profile": {"type": "raw", "required": True}})
+        dirs, profile = args["dirs"], args["profile"]
         problem = settings_problem(dirs, profile)
         if problem:
             return {**result, "failed": True, "msg": problem}
