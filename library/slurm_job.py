@@ -624,8 +624,9 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cluster_rules import collected_paths, run_of_path
-from ansible.module_utils.job_dirs import STAGE_SPEC, Refused, check_placeholders, fill_placeholders, stage
+from ansible.module_utils.cluster_rules import collected_paths, job_script_name, run_of_path
+from ansible.module_utils.job_dirs import (STAGE_SPEC, Refused, check_placeholders, fill_placeholders,
+                                          release_runs_lock, stage)
 from ansible.module_utils.slurm import (
     INVALID_JOB_ID,
     SQUEUE_FORMAT,
@@ -1295,9 +1296,13 @@ class SlurmJobRunner:
         if self.params["job_id"] is None:
             known = self.check_nodes() if self.params["nodes"] is not None else {}
             with tempfile.TemporaryDirectory(prefix="slurm-job-prediction-") as scratch:
-                if self.params["stage"] is not None and not self.stage(scratch, known):
-                    return  # nothing to submit yet: RV(staged) says why
-                self.submit_or_find()
+                try:
+                    if self.params["stage"] is not None and not self.stage(scratch, known):
+                        return  # nothing to submit yet: RV(staged) says why
+                    self.submit_or_find()
+                finally:
+                    # The run is taken and its job in Slurm: the next launch of the name may look.
+                    release_runs_lock()
         if self.result["job_id"] is not None:
             self.fail_unless_succeeded(self.watch(self.result["job_id"]))
 
@@ -1375,12 +1380,25 @@ class SlurmJobRunner:
         job_id, submitted, cluster = self.slurm.submit(["sbatch", "--parsable", *options], params["chdir"], find_copy)
         self.result.update(job_id=job_id, submitted=submitted, found_existing=not submitted,
                            changed=submitted or self.result["changed"])
+        if submitted and params["stage"]:
+            self.keep_job_script(job_id)
         if cluster is not None:
             # A -M in the script or a SLURM_CLUSTERS the module did not set: say so, rather than
             # follow an id that the local cluster does not know.
             self.finish(f"sbatch submitted job {job_id} to cluster {cluster} (a --clusters/-M in the script, or "
                         f"{'/'.join(CLUSTERS_VARIABLES)} in the environment); {CLUSTERS_RULE}. Cancel it with "
                         f"'scancel -M {cluster} {job_id}' unless it is wanted there")
+
+    def keep_job_script(self, job_id):
+        """The job's own name for the script it was submitted with (a hard link in the run's
+        directory): a later job of the same run writes the run's script anew, by a rename, and the
+        earlier job's stays as it ran."""
+        script = self.params["script"]
+        kept = os.path.join(os.path.dirname(script), job_script_name(self.params["job_name"], job_id))
+        try:
+            os.link(script, kept, follow_symlinks=False)
+        except OSError as error:
+            self.module.warn(f"job {job_id}'s script is not kept as {kept}: {error.strerror}")
 
     def run_taken_afresh(self):
         """Whether staging took a new run now: its directory, in the script, did not exist before

@@ -127,6 +127,12 @@ def run_of_path(path):
     return int(match.group(1)) if match else None
 
 
+def job_script_name(job_name, job_id):
+    """Each job's own copy of its run's script (slurm_job links it after sbatch): a later job of
+    the run stages the run's script anew and never changes an earlier job's."""
+    return f"{job_name}-{job_id}.sbatch"
+
+
 # ---------------------------------------------------------------------------
 # The files of a finished job that come back to the controller
 # ---------------------------------------------------------------------------
@@ -145,7 +151,7 @@ def collected_paths(job, jobs_root):
     if not log.startswith(f"{os.path.normpath(jobs_root).rstrip('/')}/{user}/"):
         return []
     job_dir = os.path.dirname(log)
-    paths = [log, f"{job_dir}/{name}.sbatch"]
+    paths = [log, f"{job_dir}/{job_script_name(name, job.get('job_id'))}"]
     if job.get("tasks"):
         paths += [task["stdout_path"] for task in job["tasks"] if task.get("stdout_path")] + [f"{job_dir}/sweep.tsv"]
     wanted = []

@@ -6,7 +6,9 @@ in one module run (its O(stage) option takes the job_dir module's options, STAGE
 
 import base64
 import binascii
+import difflib
 import errno
+import fcntl
 import io
 import json
 import os
@@ -27,6 +29,14 @@ RUN_ID_RE = re.compile(r"^[1-9][0-9]{0,8}$")
 # REQUEUE_LIMIT (and FAILED with exit code 75) is templates/train.sbatch.j2's run over its restarts.
 RESUMABLE_STATES = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "REQUEUE_LIMIT")
 REQUEUE_LIMIT_EXIT_CODE = 75
+# A run's request (what it trains), written when the run is taken: only a launch of the same
+# request resumes the run.
+REQUEST_FILE = "request.json"
+# Held from the look at the runs until the run's job is submitted (release_runs_lock, or the
+# module's end): two launches of one job name take a run and submit one at a time. A file, not the directory: an exclusive flock on
+# NFS is a write lock, which needs a descriptor open for writing.
+RUNS_LOCK = ".lock"
+_held_locks = []
 
 
 class Refused(Exception):
@@ -110,7 +120,8 @@ def open_dir_at(dir_fd, name):
 
 
 def list_runs(runs_fd):
-    """{run id: {"record": run.json or None, "step": the checkpoint's step or None}}."""
+    """{run id: {"record": run.json or None, "request": request.json or None, "step": the
+    checkpoint's step or None}}."""
     runs = {}
     for name in os.listdir(runs_fd):
         fd = open_dir_at(runs_fd, name) if RUN_ID_RE.match(name) else None
@@ -122,7 +133,7 @@ def list_runs(runs_fd):
             if checkpoints is not None:
                 step = (read_json_at(checkpoints, "checkpoint.json") or {}).get("step")
                 os.close(checkpoints)
-            runs[int(name)] = {"record": read_json_at(fd, "run.json"),
+            runs[int(name)] = {"record": read_json_at(fd, "run.json"), "request": read_json_at(fd, REQUEST_FILE),
                                "step": step if isinstance(step, int) and not isinstance(step, bool) else None}
         finally:
             os.close(fd)
@@ -138,32 +149,114 @@ def end_state(record):
     return state
 
 
-def plan_run(runs, resume):
-    """(run id, resumed, why) for a launch, from the job's runs (list_runs) and the resume setting."""
+def _words(value):
+    """A request's value as a person reads it: arguments as on a command line."""
+    if value in ([], None, ""):
+        return "(none)"
+    if isinstance(value, list) and not any(isinstance(item, (list, dict)) for item in value):
+        return " ".join(str(item) for item in value)
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+
+
+def _args_difference(old, new):
+    """'--lr 0.1, not --lr 0.01': the words that differ, each with the option before it."""
+    spans = []
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for tag, old_start, old_end, new_start, new_end in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        # The option a changed value belongs to, when it is the same on both sides.
+        if old_start and new_start and old[old_start - 1] == new[new_start - 1] and str(old[old_start - 1]).startswith("-"):
+            old_start, new_start = old_start - 1, new_start - 1
+        spans.append(f"{_words(old[old_start:old_end])}, not {_words(new[new_start:new_end])}")
+    return "; ".join(spans)
+
+
+def request_differences(recorded, request):
+    """How a run's recorded request differs from a launch's, one phrase per key ([] when the same)."""
+    if recorded is None:
+        return ["it recorded no request"]
+    differences = []
+    for key in sorted(set(recorded) | set(request)):
+        old, new = recorded.get(key), request.get(key)
+        if old == new:
+            continue
+        if key == "script_args" and isinstance(old, list) and isinstance(new, list):
+            differences.append(_args_difference(old, new))
+        else:
+            differences.append(f"{key} {_words(old)}, not {_words(new)}")
+    return differences
+
+
+def plan_run(runs, resume, request, force=False):
+    """What a launch of ``request`` does with the job's runs (list_runs): a dict of run_id,
+    resumed, why (a phrase), other_request (why the newest run was not resumed, when it is another
+    request) and differences (the resumed run's request against this one, when force took a run
+    of another request)."""
     if resume not in ("auto", "never") and not RUN_ID_RE.match(resume):
         raise Refused(f"resume={resume!r} is not allowed: give auto (resume an unfinished run), never "
                       "(always a fresh run) or a run id such as 2")
     newest = max(runs, default=0)
+    fresh = {"run_id": newest + 1, "resumed": False, "differences": [], "other_request": ""}
     if resume == "never":
-        return newest + 1, False, "resume=never"
+        return {**fresh, "why": "resume=never"}
     if resume != "auto":
-        if int(resume) not in runs:
-            have = ", ".join(str(run) for run in sorted(runs)) or "none yet"
+        run = int(resume)
+        if run not in runs:
+            have = ", ".join(str(one) for one in sorted(runs)) or "none yet"
             raise Refused(f"resume={resume}: this job has no run {resume} (its runs: {have})")
-        return int(resume), True, f"resume={resume}"
+        differences = request_differences(runs[run]["request"], request)
+        if differences and not force:
+            raise Refused(f"resume={resume}: run {resume} is another request: {'; '.join(differences)}. "
+                          f"Launch it as it was, or give resume=auto for a fresh run of this one, or force=true "
+                          f"to resume run {resume} with this request")
+        return {"run_id": run, "resumed": True, "why": f"resume={resume}", "differences": differences,
+                "other_request": ""}
     if not newest:
-        return 1, False, "the job's first run"
-    record = runs[newest]["record"]
+        return {**fresh, "why": "the job's first run"}
+    if runs[newest]["request"] != request:
+        fresh["other_request"] = (f"run {newest} is another request: "
+                                  f"{'; '.join(request_differences(runs[newest]['request'], request))}")
+    same = [run for run in sorted(runs, reverse=True) if runs[run]["request"] == request]
+    if not same:
+        return {**fresh, "why": fresh["other_request"]}
+    run, record = same[0], runs[same[0]]["record"]
+    resumed = {**fresh, "run_id": run, "resumed": True}
     if record is None:
-        return newest, True, f"run {newest} has recorded no end (still pending or running, or ended without a word)"
+        return {**resumed, "why": f"run {run} has recorded no end (still pending or running, or ended without a word)"}
     state = end_state(record)
     if state in RESUMABLE_STATES:
-        return newest, True, f"run {newest} ended {state}"
-    return newest + 1, False, f"run {newest} ended {state}"
+        return {**resumed, "why": f"run {run} ended {state}"}
+    return {**fresh, "why": f"run {run} of this request ended {state}"}
 
 
-def take_run(resume, job_fd, job_dir, uid, mode, dry, result):
-    """Pick the launch's run (plan_run) and, unless dry, make its directory; fills result."""
+def _lock_runs(runs_fd, runs_path, uid):
+    """Take the job's runs lock (RUNS_LOCK), held until release_runs_lock or this process's end."""
+    fd = os.open(RUNS_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=runs_fd)
+    if os.fstat(fd).st_uid != uid:
+        os.close(fd)
+        raise Refused(f"{os.path.join(runs_path, RUNS_LOCK)} belongs to another user: remove it")
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _held_locks.append(fd)
+
+
+def release_runs_lock():
+    """Let the next launch of the job name look at its runs (slurm_job: once its sbatch is done)."""
+    while _held_locks:
+        os.close(_held_locks.pop())
+
+
+def _write_request(run_fd, request):
+    fd = os.open(REQUEST_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=run_fd)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump(request, out, sort_keys=True)
+        out.write("\n")
+
+
+def take_run(params, job_fd, job_dir, uid, mode, dry, result):
+    """Pick the launch's run (plan_run) and, unless dry, make its directory with the request
+    recorded in it, under the runs lock; fills result."""
+    request = {**(params["request"] or {}), "code_hash": params["code_hash"] or ""}
     runs_path = os.path.join(job_dir, "runs")
     runs_fd = open_own_dir(job_fd, "runs", runs_path, uid) if job_fd is not None else None
     if runs_fd is None and not dry:
@@ -171,25 +264,37 @@ def take_run(resume, job_fd, job_dir, uid, mode, dry, result):
         result.update(changed=True, made=result["made"] + [runs_path])
         runs_fd = open_own_dir(job_fd, "runs", runs_path, uid)
     try:
+        if not dry:
+            _lock_runs(runs_fd, runs_path, uid)
         runs = list_runs(runs_fd) if runs_fd is not None else {}
-        run_id, resumed, why = plan_run(runs, resume)
-        if not resumed and not dry:
-            while True:  # O_EXCL: a launch at the same moment takes the next id
+        plan = plan_run(runs, params["resume"], request, params["force"])
+        run_id = plan["run_id"]
+        if not plan["resumed"] and not dry:
+            while True:  # taken by an earlier version's launch, which held no lock
                 try:
                     os.mkdir(str(run_id), mode, dir_fd=runs_fd)
                     break
                 except FileExistsError:
                     run_id += 1
+            run_fd = open_own_dir(runs_fd, str(run_id), os.path.join(runs_path, str(run_id)), uid)
+            try:
+                _write_request(run_fd, request)
+            except BaseException:
+                os.rmdir(str(run_id), dir_fd=runs_fd)
+                raise
+            finally:
+                os.close(run_fd)
             result["changed"] = True
-        if not resumed:
+        if not plan["resumed"]:
             result["made"] = result["made"] + [os.path.join(runs_path, str(run_id))]
         elif not dry:
             os.close(open_own_dir(runs_fd, str(run_id), os.path.join(runs_path, str(run_id)), uid))
     finally:
         if runs_fd is not None:
             os.close(runs_fd)
-    result.update(run_id=run_id, run_dir=os.path.join(runs_path, str(run_id)), resumed=resumed,
-                  resumed_step=runs[run_id]["step"] if resumed else None, run_reason=why)
+    result.update(run_id=run_id, run_dir=os.path.join(runs_path, str(run_id)), resumed=plan["resumed"],
+                  resumed_step=runs[run_id]["step"] if plan["resumed"] else None, run_reason=plan["why"],
+                  other_request=plan["other_request"], request_differences=plan["differences"])
 
 
 def missing_files(paths):
@@ -335,7 +440,7 @@ def stage(params, check_mode, known=None):
     code_dir = os.path.join(job_dir, "code", code_hash) if code_hash else ""
     result = dict(changed=False, user=user, job_dir=job_dir, code_dir=code_dir, code_present=False,
                   code_copied=False, made=[], run_id=None, run_dir="", resumed=False, resumed_step=None,
-                  run_reason="", missing_files=missing_files(params["expect_files"]), files_written=[],
+                  run_reason="", other_request="", request_differences=[], missing_files=missing_files(params["expect_files"]), files_written=[],
                   free_mb=None, **(known or {}))
     if result["missing_files"] and not dry:
         return result  # the job would not find them: nothing is made for it
@@ -361,7 +466,7 @@ def stage(params, check_mode, known=None):
                 if dry:
                     job_fd = fds[2] if len(fds) > 2 else None
                     if params["resume"]:  # no runs yet: the first
-                        take_run(params["resume"], job_fd, job_dir, uid, mode, dry, result)
+                        take_run(params, job_fd, job_dir, uid, mode, dry, result)
                     write_job_files(params, files, placeholders, job_fd, uid, dry, result)
                     return result  # nothing below a missing directory exists yet
                 os.mkdir(name, mode, dir_fd=fds[-1])
@@ -374,7 +479,7 @@ def stage(params, check_mode, known=None):
         if code_hash and not stage_code(params, fds[-1], path, code_dir, uid, mode, dry, result):
             return result  # the code first: the caller sends it, and this runs again
         if params["resume"]:
-            take_run(params["resume"], fds[2], job_dir, uid, mode, dry, result)
+            take_run(params, fds[2], job_dir, uid, mode, dry, result)
         write_job_files(params, files, placeholders, fds[2], uid, dry, result)
         return result
     finally:
@@ -445,6 +550,9 @@ STAGE_SPEC = dict(
     code_archive_inline=dict(type="str", no_log=True),
     probe=dict(type="bool", default=False),
     resume=dict(type="str", default=""),
+    # What the run trains (script, arguments, sweep, env names, shape), code_hash added here.
+    request=dict(type="dict", default={}),
+    force=dict(type="bool", default=False),
     expect_files=dict(type="list", elements="path", default=[]),
     min_free_mb=dict(type="int"),
     files=dict(type="list", elements="dict", default=[], options=dict(

@@ -54,7 +54,7 @@ def nas(tmp_path):
     run = tmp_path / "nas" / "jobs" / "alice" / "train" / "runs" / "1"
     run.mkdir(parents=True)
     (run / "train-7.out").write_text("[rank0] training complete\n")
-    (run / "train.sbatch").write_text("#!/bin/bash\n")
+    (run / "train-7.sbatch").write_text("#!/bin/bash\n")
     return run
 
 
@@ -84,12 +84,12 @@ def collect(tmp_path, job, check_mode=False, **options):
 
 def test_the_files_the_module_returned_are_written_with_no_transfer_and_the_summaries_made(tmp_path, nas):
     job = finished(nas, collected_files={str(nas / name): base64.b64encode((nas / name).read_bytes()).decode()
-                                         for name in ("train-7.out", "train.sbatch")})
+                                         for name in ("train-7.out", "train-7.sbatch")})
     (nas / "train-7.out").write_text("changed on the NAS since the module read it\n")
     collected, failure, host, shown = collect(tmp_path, job)
     outputs = tmp_path / "outputs" / "train-7"
     assert (collected["dest"], collected["changed"], failure, host.fetched) == (str(outputs), True, None, [])
-    assert sorted(p.name for p in outputs.iterdir()) == ["job.json", "summary.txt", "train-7.out", "train.sbatch"]
+    assert sorted(p.name for p in outputs.iterdir()) == ["job.json", "summary.txt", "train-7.out", "train-7.sbatch"]
     assert (outputs / "train-7.out").read_text() == "[rank0] training complete\n", "what the module read"
     record = json.loads((outputs / "job.json").read_text())
     assert (record["state"], record["run"], record["run_line"], record["failed_nodes"]) == ("COMPLETED", 1, "fresh run 1", "")
@@ -108,7 +108,7 @@ def test_a_file_the_module_did_not_return_comes_over_the_connection_and_one_miss
     job = finished(nas, tasks=[{"task": 0, "state": "COMPLETED", "exit_code": 0, "stdout_path": str(nas / "train-7_0.out")}],
                    tasks_done=1, tasks_total=1)
     collected, _, host, _ = collect(tmp_path, job, private=True)
-    assert host.fetched == [str(nas / name) for name in ("train-7.out", "train.sbatch", "train-7_0.out", "sweep.tsv")]
+    assert host.fetched == [str(nas / name) for name in ("train-7.out", "train-7.sbatch", "train-7_0.out", "sweep.tsv")]
     assert collected["not_fetched"] == [str(nas / "train-7_0.out"), str(nas / "sweep.tsv")]
     assert (tmp_path / "outputs" / "train-7").stat().st_mode & 0o777 == 0o700, "the job's env may carry tokens"
 

@@ -40,6 +40,13 @@ def test_run_of_path(path, run):
     ({"run_id": 2, "resumed": True, "resumed_step": None}, {}, "resumed run 2 (no checkpoint of it yet: it starts over)"),
     ({"run_id": 2, "resumed": True, "resumed_step": 4}, {"found_existing": True},
      "run 2, already pending or running: followed, not submitted again"),
+    ({"run_id": 2, "resumed": False, "other_request": "run 1 is another request: --lr 0.1, not --lr 0.01"}, {},
+     "fresh run 2 (run 1 is another request: --lr 0.1, not --lr 0.01)"),
+    ({"run_id": 1, "resumed": True, "resumed_step": 22, "other_request": "run 2 is another request: --lr 0.01, not --lr 0.1"},
+     {}, "resumed run 1 from its checkpoint at step 22 (run 2 is another request: --lr 0.01, not --lr 0.1)"),
+    ({"run_id": 1, "resumed": True, "resumed_step": 22, "request_differences": ["--steps 150, not --steps 30", "num_nodes 2, not 1"]},
+     {}, "resumed run 1 from its checkpoint at step 22 (force: it is another request: --steps 150, not --steps 30; "
+         "num_nodes 2, not 1)"),
     ({}, {"stdout_path": LOG.format(run=5, job=1)}, "run 5"),  # followed by job id
     ({"skipped": True}, {"stdout_path": "/home/alice/slurm-1.out"}, "-"),
 ])

@@ -1131,6 +1131,44 @@ def test_stage_writes_the_script_for_the_run_taken_and_submits_it_in_the_same_ru
     assert result["end_marker"] == f"{run_dir}/.%j.ended"
 
 
+def test_each_submitted_job_keeps_the_script_it_ran_and_a_later_job_of_the_run_changes_none(slurm_cli, clock,
+                                                                                           tmp_path, job_output):
+    """A run resumed by its own request (after its time limit) stages the run's script anew; the
+    earlier job's copy, under its own name, stays as that job ran."""
+    run_dir = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp" / "runs" / "1"
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    first = run_module(staged_request(tmp_path))
+    assert first.failed is False, first.result
+    (run_dir / "run.json").write_text(json.dumps({"job_id": 1234, "state": "TIMEOUT", "exit_code": 0}))
+    later = staged_request(tmp_path)
+    later["stage"]["files"][0]["content"] = STAGED_SCRIPT + "# time limit doubled\n"
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], out="1240\n")
+    slurm_cli.answer([*SCONTROL[:4], "1240", "--local"], out=job_output("pending_resources"))
+
+    result = run_module(later).result
+
+    assert (result["staged"]["run_id"], result["staged"]["resumed"], result["submitted"]) == (1, True, True)
+    assert [argv[0] for argv in slurm_cli.argvs] == ["sbatch", "scontrol", "squeue", "sbatch", "scontrol"]
+    first, second = (run_dir / "train-ddp-1234.sbatch").read_text(), (run_dir / "train-ddp-1240.sbatch").read_text()
+    assert not first.endswith("# time limit doubled\n") and second.endswith("# time limit doubled\n")
+    assert (run_dir / "train-ddp.sbatch").read_text() == second
+
+
+def test_the_runs_lock_is_released_once_the_job_is_submitted(slurm_cli, clock, tmp_path, job_output):
+    import fcntl
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    result = run_module(staged_request(tmp_path)).result
+    lock = os.path.join(os.path.dirname(result["staged"]["run_dir"]), ".lock")
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError while it is held
+    finally:
+        os.close(fd)
+
+
 def test_a_resumed_run_is_looked_for_in_squeue_and_its_job_followed_not_submitted_again(slurm_cli, clock, tmp_path,
                                                                                        job_output):
     """A launch cut off after its sbatch leaves a run with no end record: the next one resumes

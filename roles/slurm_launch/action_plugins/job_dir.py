@@ -28,8 +28,8 @@ HASH_DIGITS = 20
 # no transfer and no second run when it is missing (a new job name, changed code). Larger code is
 # sent as a file, and only when the module finds it missing.
 INLINE_MAX_BYTES = 256 * 1024
-MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "resume", "expect_files", "min_free_mb", "files",
-               "placeholders")
+MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "resume", "request", "force", "expect_files",
+               "min_free_mb", "files", "placeholders")
 
 
 def git(code_dir, *argv):

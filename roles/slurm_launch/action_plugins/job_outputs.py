@@ -47,7 +47,7 @@ _launch_code = _load(_ROLE / "filter_plugins" / "launch_code.py", "_job_outputs_
 # What job.json keeps of the job.
 RECORD_KEYS = ("job_id", "name", "user", "partition", "state", "outcome", "exit_code", "exit_signal", "reason",
                "nodes", "elapsed_seconds", "restarts", "stdout_path", "stderr_path", "log_tail", "failed_nodes",
-               "code", "run", "run_line", "points")
+               "code", "run", "run_line", "request_differences", "points")
 # What the ``collect`` option says, besides the job itself (the slurm_job result).
 COLLECT_SPEC = {
     # Where outputs/<name>-<id>/ go on the controller.
@@ -88,6 +88,8 @@ def report(job, staged, points, outputs):
     run_line = _runs.run_line(staged, job)
     record = {**job, "failed_nodes": failed, "code": code, "run": _rules.run_of_path(job.get("stdout_path")),
               "run_line": run_line}
+    if staged.get("request_differences"):
+        record["request_differences"] = staged["request_differences"]
     if tasks:
         record["points"] = sweep["rows"]
     record = {key: record.get(key) for key in RECORD_KEYS if key in record}

@@ -120,6 +120,12 @@ job_files:
   returned: with render, unless following
   type: list
   elements: dict
+run_request:
+  description:
+    - What the job trains, which a run of its name records when taken (job_dir's O(request)) and a
+      later launch must match to resume it (RUN_REQUEST_KEYS, the script relative to the code).
+  returned: with render, unless following
+  type: dict
 """
 
 import importlib.util
@@ -272,10 +278,28 @@ def job_problem(request, script_file, script_args, job_name, plan, host):
     return plan["problem"]
 
 
+def script_in_code(script_file, code_dir):
+    """The script's path relative to the code's directory, links resolved: where it is staged."""
+    return os.path.relpath(os.path.realpath(script_file), os.path.realpath(code_dir))
+
+
+# What makes two launches of one job name the same training: a run is resumed only by its own.
+# Not the time limit, restarts or node names: a run resumed after its time limit or a node failure
+# may be given more time or other nodes of the same shape.
+RUN_REQUEST_KEYS = ("script_args", "sweep", "num_nodes", "nproc_per_node", "gpus_per_node")
+
+
+def run_request(job, script_file, code_dir):
+    """The run's request (RUN_REQUEST_KEYS of the job, its script and its env's names; the
+    staging adds the code's hash): values only a launch sets, never the env's values (tokens)."""
+    return {"script": script_in_code(script_file, code_dir), "env_names": sorted(job["env"]),
+            **{key: job[key] for key in RUN_REQUEST_KEYS}}
+
+
 def put_together(request, script_file, script_args, code_dir, job_name, plan, marks):
     """The job's values (train_job's); its script is where the slurm_job action stages it: relative to
     the code's directory, links resolved."""
-    script = f"{marks['code_dir']}/{os.path.relpath(os.path.realpath(script_file), os.path.realpath(code_dir))}"
+    script = f"{marks['code_dir']}/{script_in_code(script_file, code_dir)}"
     return _train_job.train_job({
         "job_name": job_name,
         "job_dir": marks["run_dir"],
@@ -375,7 +399,8 @@ class ActionModule(ActionBase):
             job = put_together(request, script_file, script_args, code_dir, job_name, plan, marks)
         except AnsibleError as exc:  # the filters' refusals: script_args that split into no words, ...
             return {**result, "failed": True, "msg": str(exc.message)}
-        return {**result, **found, "node_plan": plan, "job": job, "job_files": self.job_files(job, task_vars)}
+        return {**result, **found, "node_plan": plan, "job": job, "job_files": self.job_files(job, task_vars),
+                "run_request": run_request(job, script_file, code_dir)}
 
     def role_argument_errors(self, argument_specs_file, entry_point, request, task_vars):
         """The role's variables against the options of its argument specs' entry point, as Ansible

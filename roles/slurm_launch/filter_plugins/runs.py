@@ -28,12 +28,16 @@ def run_line(staged, outcome):
         return f"run {run}" if run else "-"
     if outcome.get("found_existing"):
         return f"run {staged['run_id']}, already pending or running: followed, not submitted again"
+    # The newest run passed over as another request, or a run of another request resumed by force.
+    aside = "".join(f" ({note})" for note in [staged.get("other_request")] if note)
+    if staged.get("request_differences"):
+        aside += f" (force: it is another request: {'; '.join(staged['request_differences'])})"
     if not staged.get("resumed"):
-        return f"fresh run {staged['run_id']}"
+        return f"fresh run {staged['run_id']}{aside}"
     step = staged.get("resumed_step")
     if step is None:
-        return f"resumed run {staged['run_id']} (no checkpoint of it yet: it starts over)"
-    return f"resumed run {staged['run_id']} from its checkpoint at step {step}"
+        return f"resumed run {staged['run_id']} (no checkpoint of it yet: it starts over){aside}"
+    return f"resumed run {staged['run_id']} from its checkpoint at step {step}{aside}"
 
 
 def _duration(seconds):
