@@ -33,8 +33,8 @@ REQUEUE_LIMIT_EXIT_CODE = 75
 # request resumes the run.
 REQUEST_FILE = "request.json"
 # Held from the look at the runs until the run's job is submitted (release_runs_lock, or the
-# module's end): two launches of one job name take a run and submit one at a time. A file, not the directory: an exclusive flock on
-# NFS is a write lock, which needs a descriptor open for writing.
+# module's end): two launches of one job name take a run and submit one at a time. A file, not
+# the directory: an exclusive flock on NFS is a write lock, which needs a descriptor open for writing.
 RUNS_LOCK = ".lock"
 _held_locks = []
 
