@@ -160,3 +160,20 @@ def collected_paths(job, jobs_root):
         if os.path.dirname(path) == job_dir and path not in wanted:
             wanted.append(path)
     return wanted
+
+
+# ---------------------------------------------------------------------------
+# Text from a job shown on a terminal
+# ---------------------------------------------------------------------------
+
+# A job's log and name are its user's text: escape sequences in them would move the cursor,
+# retitle or erase lines on the terminal of whoever follows the job (an admin, another
+# program). C0 and C1 control characters (and DEL) other than tab are shown as \xNN.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def visible(text):
+    """``text`` with every control character but tab written as ``\\xNN``; None stays None."""
+    if text is None:
+        return None
+    return _CONTROL_RE.sub(lambda match: f"\\x{ord(match.group()):02x}", str(text))

@@ -70,6 +70,43 @@ def open_own_dir(parent_fd, name, path, uid):
     return fd
 
 
+def open_owned_file(jobs_root, user, uid, path):
+    """A descriptor of the regular file ``path`` under ``<jobs_root>/<user>/``, each directory below
+    the root opened without following a link and the user's, the file too (a hard link to another
+    user's file is not). What root or an operator reads of another user's job: nothing that user
+    could have swapped for a link to a file only the reader may read. OSError naming why not."""
+    root = os.path.normpath(jobs_root)
+    path = "/" + os.path.normpath(path).lstrip("/")
+    prefix = f"{root.rstrip('/')}/{user}/"
+    if not NAME_RE.match(user) or not path.startswith(prefix):
+        raise OSError(errno.EACCES, f"not under {prefix}", path)
+    names = [user] + path[len(prefix):].split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for index, name in enumerate(names):
+            last = index == len(names) - 1
+            flags = os.O_RDONLY | os.O_NOFOLLOW | (os.O_NONBLOCK if last else os.O_DIRECTORY)
+            try:
+                opened = os.open(name, flags, dir_fd=fd)
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise OSError(error.errno, "a link or not a directory on the way", path) from None
+                raise OSError(error.errno, error.strerror, path) from None
+            os.close(fd)
+            fd = opened
+            info = os.fstat(fd)
+            if info.st_uid != uid:
+                raise OSError(errno.EPERM, f"{'file' if last else 'directory'} of {owner_name(info.st_uid)}, "
+                              f"not of {user}", path)
+            if last and not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
+        opened, fd = fd, None
+        return opened
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def extract(archive, destination, file_mode):
     """Regular files and directories only, each inside destination: the archive is ours, but cheap to check.
     ``archive`` is a path, or the archive's bytes (O(code_archive_inline))."""

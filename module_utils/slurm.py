@@ -24,6 +24,10 @@ class SlurmParseError(ValueError):
     """Slurm printed something this module does not understand."""
 
 
+class JobNameMismatch(SlurmParseError):
+    """A job record whose name is not the one squeue gave: renamed since (scontrol update)."""
+
+
 class JobNotFound(LookupError):
     """slurmctld (or slurmdbd) does not know the job: it never existed or has aged out."""
 
@@ -461,12 +465,27 @@ _KEY_CANDIDATE_RE = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
 INVALID_JOB_ID = "Invalid job id specified"  # scontrol and scancel say so for unknown jobs
 
 
-def _split_scontrol_record(line):
-    """Key=Value pairs of one ``scontrol show job -o`` line."""
+def _masked_job_name(line, job_name):
+    """``line`` with the value of its JobName blanked out, so that no ``Word=`` text of the name
+    is taken for a field; the name must be exactly ``job_name``, as squeue gave it."""
+    start = line.find(" JobName=")
+    end = start + len(" JobName=") + len(job_name)
+    if start < 0 or line[end - len(job_name):end] != job_name or line[end:end + 1] not in ("", " "):
+        raise JobNameMismatch(f"the job's name in {line[:200]!r} is not {job_name!r}, the name squeue gave "
+                              "(renamed since?)")
+    return line[:end - len(job_name)] + "_" * len(job_name) + line[end:]
+
+
+def _split_scontrol_record(line, job_name=None):
+    """Key=Value pairs of one ``scontrol show job -o`` line. ``job_name``: the job's exact name
+    (JOB_IDENTITY_FORMAT), for a job whose name its user chose: JobName is free text printed
+    before UserId, and a name such as ``x UserId=alice(2001) StdOut=...`` would otherwise be read
+    as those fields."""
     boundaries = []
     seen = set()
     previous_key = None
-    for match in _KEY_CANDIDATE_RE.finditer(line):
+    scanned = line if job_name is None else _masked_job_name(line, job_name)
+    for match in _KEY_CANDIDATE_RE.finditer(scanned):
         key = match.group(1)
         inside_free_text = previous_key in _FREE_TEXT_KEYS
         if key in SCONTROL_JOB_KEYS:
@@ -514,29 +533,31 @@ def _scontrol_summary(fields):
     }
 
 
-def parse_scontrol_jobs(stdout, stderr=""):
-    """Every record of ``scontrol show job -o``: its raw Key=Value fields plus NORMALIZED_JOB_KEYS."""
+def parse_scontrol_jobs(stdout, stderr="", job_name=None):
+    """Every record of ``scontrol show job -o``: its raw Key=Value fields plus NORMALIZED_JOB_KEYS.
+    ``job_name``: the job's exact name, as _split_scontrol_record() takes it."""
     if INVALID_JOB_ID in (stdout or "") or INVALID_JOB_ID in (stderr or ""):
         raise JobNotFound(detail=INVALID_JOB_ID)
     records = []
     for line in _data_lines(stdout):
-        fields = _split_scontrol_record(line.strip())
+        fields = _split_scontrol_record(line.strip(), job_name)
         records.append({**fields, **_scontrol_summary(fields)})
     if not records:
         raise SlurmParseError(f"scontrol show job printed no job record (stderr: {stderr!r})")
     return records
 
 
-def parse_scontrol_job(stdout, stderr="", array_job_id=None):
+def parse_scontrol_job(stdout, stderr="", array_job_id=None, job_name=None):
     """The one job of ``scontrol show job -o JOBID``.
 
     With ``array_job_id`` (the JOBID asked about), the records of that job
-    array are one job (array_summary(): its tasks in ``tasks``).  Raises
-    JobNotFound for "slurm_load_jobs error: Invalid job id specified" and
-    SlurmParseError for anything else but exactly one record (heterogeneous
-    jobs print one per component).
+    array are one job (array_summary(): its tasks in ``tasks``).  With
+    ``job_name`` (parse_job_identity()), the JobName is taken as exactly that.
+    Raises JobNotFound for "slurm_load_jobs error: Invalid job id specified"
+    and SlurmParseError for anything else but exactly one record
+    (heterogeneous jobs print one per component).
     """
-    records = parse_scontrol_jobs(stdout, stderr)
+    records = parse_scontrol_jobs(stdout, stderr, job_name)
     tasks = array_tasks_of_scontrol(records, array_job_id)
     if tasks is not None:
         # The raw fields (UserId, ...) are the same for every task of the array.
@@ -725,6 +746,35 @@ def parse_sacct(stdout, fields=SACCT_FIELDS):
 
 
 SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%k"
+# Who owns a job and its exact name, from fields its user cannot shape: %U is the numeric user
+# id slurmctld took from the submitter's credential, printed first, so that whatever the name
+# holds (spaces, '|', 'UserId=alice(2001)') is after it.
+JOB_IDENTITY_FORMAT = "%U|%j"
+
+
+def parse_job_identity(stdout):
+    """(uid, name) of one job from ``squeue -h -t all -j JOBID -o JOB_IDENTITY_FORMAT`` (a line per
+    task of an array, all alike); None when squeue lists none. A name that holds a line break
+    cannot be told from a second line, and is refused."""
+    lines = _data_lines(stdout)
+    if not lines:
+        return None
+    match = re.fullmatch(r"(\d+)\|(.*)", lines[0])
+    if not match or any(line != lines[0] for line in lines[1:]):
+        raise SlurmParseError(f"squeue printed {stdout[:300]!r} for one job: expected 'UID|NAME' lines, all alike "
+                              "(a job name with a line break cannot be read)")
+    return int(match.group(1)), match.group(2)
+
+
+def parse_accounting_uid(stdout):
+    """The uid of ``sacct -n -P -X -o UID -j JOBID`` (a line per run or task, all alike); None when
+    sacct lists none."""
+    uids = {line.strip() for line in _data_lines(stdout)}
+    if not uids:
+        return None
+    if len(uids) != 1 or not next(iter(uids)).isdigit():
+        raise SlurmParseError(f"sacct printed {stdout[:300]!r} for the UID of one job")
+    return int(uids.pop())
 
 
 def _scontrol_reason(reason):

@@ -2,6 +2,7 @@
 release from 22.05 to 25.11 prints: fixtures/slurm/<version>/, derived from SchedMD's sources
 at each release's tag (the README's table names the source line of each file)."""
 
+import os
 import pytest
 import slurm
 import slurm_job
@@ -151,11 +152,14 @@ class VersionedSlurm:
 
     def __call__(self, argv):
         self.argvs.append(argv)
-        if argv[:3] == ["scontrol", "show", "job"]:
+        if argv[:3] == ["scontrol", "show", "job"] or argv[0] == "squeue":
+            # squeue prints slurm_load_jobs()'s error as scontrol does
             return 1, "", self.output("scontrol_show_job_invalid_id.stderr")
         assert argv[0] == "sacct", argv
         if argv == ["sacct", "--version"]:
             return 0, self.output("sacct_version.txt"), ""
+        if argv[-2:] == ["-o", "UID"]:
+            return 0, f"{os.geteuid()}\n", ""
         old = not at_least(self.version, "24.05")
         if old and "--expand-patterns" in argv:
             return 1, "", self.output("sacct_expand_patterns_rejected.stderr")
@@ -213,4 +217,7 @@ def test_job_collected_after_min_job_age_gets_its_log(monkeypatch, tmp_path, out
     assert exited.failed is False, result["msg"]
     assert (result["state"], result["state_source"], result["stdout_path"], result["log_tail"]) == (
         "COMPLETED", "sacct", str(log), ["step 1", "training done"])
-    assert [argv[:2] for argv in cli.argvs] == [["scontrol", "show"], ["sacct", "--version"], ["sacct", "-j"]]
+    # Who owns it first (squeue no longer knows it: accounting's UID), then its record.
+    assert [argv[:2] for argv in cli.argvs] == [["squeue", "-h"], ["sacct", "-j"], ["scontrol", "show"],
+                                                ["sacct", "--version"], ["sacct", "-j"]]
+    assert cli.argvs[1] == ["sacct", "-j", "20", "-n", "-P", "-X", "-o", "UID"]
