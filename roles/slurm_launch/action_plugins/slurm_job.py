@@ -57,9 +57,10 @@ SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage", "
 def describe(result):
     """One line for a person: the job, its state, and what goes with that state."""
     state = result.get("state") or "unknown to Slurm"
-    line = f"job {result.get('job_id')} ({result.get('name')}): {state}"
+    visible = _job_outputs._rules.visible  # the name and reason are the job's user's text
+    line = f"job {result.get('job_id')} ({visible(result.get('name'))}): {state}"
     if result.get("reason") and state != "RUNNING":
-        line += f" ({result['reason']})"
+        line += f" ({visible(result['reason'])})"
     if state == "RUNNING" and result.get("nodes"):
         line += f" on {','.join(result['nodes'])}"
     if result.get("restarts"):
