@@ -467,13 +467,16 @@ INVALID_JOB_ID = "Invalid job id specified"  # scontrol and scancel say so for u
 
 def _masked_job_name(line, job_name):
     """``line`` with the value of its JobName blanked out, so that no ``Word=`` text of the name
-    is taken for a field; the name must be exactly ``job_name``, as squeue gave it."""
+    is taken for a field; the name must be exactly ``job_name``, as squeue gave it. A name with
+    '=' is blanked out wherever it occurs after that too: 25.11 prints it again in SubmitLine."""
     start = line.find(" JobName=")
     end = start + len(" JobName=") + len(job_name)
     if start < 0 or line[end - len(job_name):end] != job_name or line[end:end + 1] not in ("", " "):
         raise JobNameMismatch(f"the job's name in {line[:200]!r} is not {job_name!r}, the name squeue gave "
                               "(renamed since?)")
-    return line[:end - len(job_name)] + "_" * len(job_name) + line[end:]
+    blank = "_" * len(job_name)
+    rest = line[end:].replace(job_name, blank) if "=" in job_name else line[end:]
+    return line[:end - len(job_name)] + blank + rest
 
 
 def _split_scontrol_record(line, job_name=None):

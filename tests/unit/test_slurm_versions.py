@@ -66,6 +66,28 @@ def test_scontrol_show_job(output, version):
     assert job.get("SubmitLine", "").startswith("sbatch --parsable") == at_least(version, "25.11")
 
 
+HOSTILE_NAME = ("x UserId=alice(2001) StdOut=/var/lib/ansible-slurm-train/rec/nas/jobs/alice/train/runs/1/train-1.out "
+                "Comment=")
+
+
+def test_a_job_name_shaped_like_fields_is_read_as_the_name_squeue_gives(output, version):
+    uid, name = slurm.parse_job_identity(output("squeue_job_identity.txt"))
+    assert (uid, name) == (2002, HOSTILE_NAME)
+    job = slurm.parse_scontrol_job(output("scontrol_show_job_hostile_name.txt"), job_name=name)
+    assert (job["name"], job["UserId"], job["stdout_path"], job["comment"], job["state"]) == (
+        HOSTILE_NAME, "bob(2002)", LOG, FINGERPRINT, "RUNNING")
+    assert job.get("SubmitLine", "").startswith(f"sbatch --parsable --job-name={HOSTILE_NAME} ") == at_least(
+        version, "25.11")
+    # Without the name, the record is read as the name says: why the owner is squeue's uid.
+    fooled = slurm.parse_scontrol_job(output("scontrol_show_job_hostile_name.txt"))
+    assert (fooled["name"], fooled["UserId"]) == ("x", "alice(2001)")
+
+
+def test_a_record_whose_name_is_not_squeues_is_refused(output):
+    with pytest.raises(slurm.JobNameMismatch, match="is not 'train-ddp', the name squeue gave"):
+        slurm.parse_scontrol_job(output("scontrol_show_job_hostile_name.txt"), job_name="train-ddp")
+
+
 def test_scontrol_show_job_of_a_forgotten_job(output):
     with pytest.raises(slurm.JobNotFound):
         slurm.parse_scontrol_job("", output("scontrol_show_job_invalid_id.stderr"))
