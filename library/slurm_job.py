@@ -529,6 +529,11 @@ progress:
     tasks_done:
       description: For a job array, how many of its tasks were final; null otherwise.
       type: int
+    owner:
+      description:
+        - Who owns the job (C(uid), C(user), C(name) as C(squeue) gave it), found by the first slice,
+          so that later slices need not ask again.
+      type: dict
 run_record:
   description:
     - The C(run.json) this run wrote for the final job (O(run_records)); null when none was written.
