@@ -643,10 +643,10 @@ staged:
 
 import base64
 import datetime
+import errno
 import hashlib
 import itertools
 import json
-import errno
 import os
 import pwd
 import re

@@ -95,11 +95,12 @@ def test_root_following_bobs_job_reads_nothing_bob_linked_and_shows_his_escapes_
                                                run_dir / f"{name}.sbatch"))
     for name, run_dir, job_id in runs.values():
         wait_final(cluster, job_id)
-    # The job ended: bob swaps its script (and, for the second, its log) for links to the canary.
+    # The job ended: bob swaps its script (the job's own copy, cluster_rules.job_script_name, which a
+    # follow collects) and, for the second, its log for links to the canary.
     name, run_dir, job_id = runs["escapes"]
-    as_user(cluster, "bob", f"ln -sfn {canary_path} {run_dir}/{name}.sbatch")
+    as_user(cluster, "bob", f"ln -sfn {canary_path} {run_dir}/{name}-{job_id}.sbatch")
     name, run_dir, job_id = runs["linked-log"]
-    as_user(cluster, "bob", f"ln -sfn {canary_path} {run_dir}/{name}.sbatch && "
+    as_user(cluster, "bob", f"ln -sfn {canary_path} {run_dir}/{name}-{job_id}.sbatch && "
                             f"ln -sfn {canary_path} {run_dir}/{name}-{job_id}.out")
 
     for kind, (name, run_dir, job_id) in runs.items():
@@ -116,7 +117,8 @@ def test_root_following_bobs_job_reads_nothing_bob_linked_and_shows_his_escapes_
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
         assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in folder.iterdir()} == {
             path.name: 0o600 for path in folder.iterdir()}
-        assert not (folder / f"{name}.sbatch").exists(), "the linked script is not collected"
+        assert not (folder / f"{name}-{job_id}.sbatch").exists(), "the linked script is not collected"
+        assert f"left out   {run_dir}/{name}-{job_id}.sbatch: a link or not a directory on the way" in proc.stdout
         if kind == "escapes":
             assert proc.returncode != 0 and "ended FAILED, exit code 3" in proc.stdout, printed[-3000:]
             shown = r"\x1b]0;pwned\x07\x1b[1A\x1b[2Kbob was here"

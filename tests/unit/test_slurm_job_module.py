@@ -1285,11 +1285,11 @@ def test_collect_files_returns_the_finished_jobs_log_and_script_read_in_the_run_
     run_dir = run_record_job(tmp_path, job_output, slurm_cli)
     (run_dir / "train-ddp-1234.out").write_text("[rank0] training complete\n")
     (tmp_path / "secret").write_text("not the job's\n")
-    (run_dir / "train-ddp.sbatch").symlink_to(tmp_path / "secret")  # planted: not followed
+    (run_dir / "train-ddp-1234.sbatch").symlink_to(tmp_path / "secret")  # planted: not followed
     result = run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs"), "collect_files": True}).result
     assert {path: base64.b64decode(text) for path, text in result["collected_files"].items()} == {
         str(run_dir / "train-ddp-1234.out"): b"[rank0] training complete\n"}
-    assert result["collected_skipped"] == {str(run_dir / "train-ddp.sbatch"): "a link or not a directory on the way"}
+    assert result["collected_skipped"] == {str(run_dir / "train-ddp-1234.sbatch"): "a link or not a directory on the way"}
     # A file over what is left of the budget comes as its end, and is said to be cut.
     monkeypatch.setattr(slurm_job, "COLLECT_INLINE_MAX_BYTES", 10)
     slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(run_dir)))
