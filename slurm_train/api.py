@@ -75,7 +75,7 @@ def _common(extravars, user):
 def _job_result(run):
     """The JobResult of the run's last slurm_job task with a job, and the outputs folder it wrote
     job.json into (its ``collected``)."""
-    res = run.last("slurm_job", lambda res: res.get("job_id") is not None)
+    res = run.last("hpc.slurm_train.slurm_job", lambda res: res.get("job_id") is not None)
     if res is None:
         return None
     collected = res.get("collected") or {}
@@ -168,7 +168,7 @@ def jobs(all=False, *, inventory=None, user=None, **extravars):  # jobs.yml's ow
     run = _jobs_playbook({"all": bool(all), **extravars}, user, inventory)
     if run.status != "successful":
         raise LaunchError(run.failure)
-    mine = run.last("slurm_job", lambda res: "jobs" in res)
+    mine = run.last("hpc.slurm_train.slurm_job", lambda res: "jobs" in res)
     if mine is None:
         raise LaunchError("jobs.yml listed no jobs (no slurm_job list result)")
     found = run.last("ansible.builtin.find", lambda res: "files" in res) or {}
