@@ -1,4 +1,4 @@
-"""module_utils/cluster_rules.py and its filters (roles/cluster/filter_plugins/cluster_rules.py):
+"""plugins/module_utils/cluster_rules.py and its filters (plugins/filter/cluster_rules.py):
 the one home of the safe-path, node-group, partition and NCCL env file rules."""
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""roles/slurm_launch/filter_plugins/preflight.py: the preflight's problems and rows, from the
+"""plugins/filter/preflight.py: the preflight's problems and rows, from the
 records the node checks (files/preflight/node_check.py, run by Slurm on each node) write. The
 records here are shaped as node_check.py writes them; test_node_check.py runs it for real."""
 from pathlib import Path
