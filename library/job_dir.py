@@ -255,7 +255,7 @@ made:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.job_dirs import STAGE_SPEC, Refused, release_runs_lock, stage
+from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import STAGE_SPEC, Refused, release_runs_lock, stage
 
 
 

@@ -655,11 +655,13 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cluster_rules import collected_paths, job_script_name, run_of_path, visible
-from ansible.module_utils.job_dirs import (
+from ansible_collections.hpc.slurm_train.plugins.module_utils.cluster_rules import (
+    collected_paths, job_script_name, run_of_path, visible,
+)
+from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import (
     STAGE_SPEC, Refused, check_placeholders, fill_placeholders, open_owned_file, owner_name, release_runs_lock, stage,
 )
-from ansible.module_utils.slurm import (
+from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     INVALID_JOB_ID,
     JOB_IDENTITY_FORMAT,
     JobNameMismatch,

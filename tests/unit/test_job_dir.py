@@ -1,7 +1,6 @@
 """The job_dir module (a user's private job directory on a shared NAS, code staged into it) and
 the controller side of its action plugin (which files are staged, their hash, the size limit)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,13 +12,10 @@ import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
-import job_dir
-import job_dirs
+from ansible_collections.hpc.slurm_train.plugins.modules import job_dir
+from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs
 
-ACTION = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "action_plugins" / "job_dir.py"
-spec = importlib.util.spec_from_file_location("job_dir_action", ACTION)
-action = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(action)
+from ansible_collections.hpc.slurm_train.plugins.action import job_dir as action
 
 OTHER_UID = 4242  # a user who is not the one running the tests
 

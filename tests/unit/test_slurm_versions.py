@@ -4,8 +4,8 @@ at each release's tag (the README's table names the source line of each file).""
 
 import os
 import pytest
-import slurm
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 

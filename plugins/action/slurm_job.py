@@ -22,9 +22,7 @@ job that is not final yet (wait=false), and in check mode, one line says what wa
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -33,22 +31,12 @@ from ansible.utils.display import Display
 
 display = Display()
 
-_HERE = Path(__file__).resolve().parent
-
-
-def _load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded
-
-
 # The code staging of the job_dir action plugin beside this one (its CodeToStage), one rule for both.
-_job_dir_action = _load(_HERE / "job_dir.py", "_slurm_job_job_dir_action")
-# The outputs of a finished job, written on the controller (job_outputs.py beside this one).
-_job_outputs = _load(_HERE / "job_outputs.py", "_slurm_job_job_outputs")
-# The rule of which Python ansible-core runs modules on (the cluster role's target_python action).
-_target_python = _load(_HERE.parents[1] / "cluster" / "action_plugins" / "target_python.py", "_slurm_job_target_python")
+from ansible_collections.hpc.slurm_train.plugins.action import job_dir as _job_dir_action  # noqa: E402
+# The rule of which Python ansible-core runs modules on (the target_python action).
+from ansible_collections.hpc.slurm_train.plugins.action import target_python as _target_python  # noqa: E402
+# The outputs of a finished job, written on the controller.
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import job_outputs as _job_outputs  # noqa: E402
 
 # Arguments that only the submission needs; later slices follow the job by its id.
 SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage", "nodes")

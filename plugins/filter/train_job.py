@@ -1,10 +1,8 @@
 """train_job: the values of a job script (templates/train.sbatch.j2) derived from what a
 request and its node group give, in one place for the launch and the NAS job templates."""
 
-import importlib.util
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
@@ -72,17 +70,10 @@ def train_job(request):
 # What the template writes into the job script. Some values land in #SBATCH lines, comments
 # and double-quoted strings, so each is held to what it can be: a newline would start a line
 # of shell, a '"', '$' or '`' would end or expand a string, a space would split an option.
-# The module_utils job-name rule, shared with the slurm_job module (the project's layout:
-# roles/cluster/filter_plugins -> module_utils).
-_SLURM_UTILS_SPEC = importlib.util.spec_from_file_location(
-    "_train_job_slurm_utils", Path(__file__).resolve().parents[3] / "module_utils" / "slurm.py")
-_slurm_utils = importlib.util.module_from_spec(_SLURM_UTILS_SPEC)
-_SLURM_UTILS_SPEC.loader.exec_module(_slurm_utils)
+# The module_utils job-name rule, shared with the slurm_job module.
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm as _slurm_utils  # noqa: E402
 # The safe-path and NCCL env file rules, shared with the other roles and the modules.
-_RULES_SPEC = importlib.util.spec_from_file_location(
-    "_train_job_cluster_rules", Path(__file__).resolve().parents[3] / "module_utils" / "cluster_rules.py")
-_rules = importlib.util.module_from_spec(_RULES_SPEC)
-_RULES_SPEC.loader.exec_module(_rules)
+from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules  # noqa: E402
 
 PATH_RULE = _rules.SAFE_PATH_RULE
 SLURM_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

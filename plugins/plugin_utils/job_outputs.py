@@ -20,31 +20,19 @@ from __future__ import annotations
 
 import base64
 import errno
-import importlib.util
 import json
 import os
 import re
 import stat
-from pathlib import Path
 
 from ansible.errors import AnsibleError
 
-_ROLE = Path(__file__).resolve().parents[1]
-
-
-def _load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded
-
-
 # The rules the role's filters and the modules already use, each from its one place.
-_rules = _load(_ROLE.parents[1] / "module_utils" / "cluster_rules.py", "_job_outputs_cluster_rules")
-_runs = _load(_ROLE / "filter_plugins" / "runs.py", "_job_outputs_runs")
-_sweep = _load(_ROLE / "filter_plugins" / "sweep.py", "_job_outputs_sweep")
-_slurm_utils = _load(_ROLE.parents[1] / "module_utils" / "slurm.py", "_job_outputs_slurm_utils")
-_launch_code = _load(_ROLE / "filter_plugins" / "launch_code.py", "_job_outputs_launch_code")
+from ansible_collections.hpc.slurm_train.plugins.filter import runs as _runs
+from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm as _slurm_utils
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_code as _launch_code
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _sweep
 
 # What job.json keeps of the job.
 RECORD_KEYS = ("job_id", "name", "user", "partition", "state", "outcome", "exit_code", "exit_signal", "reason",

@@ -3,26 +3,13 @@ read back from the NAS), turned into the problems and the table the submit host 
 The NCCL settings are judged by the nccl_env role's own rules (its filter file), so that the
 preflight and provision.yml agree on what is wrong."""
 
-import importlib.util
-from pathlib import Path
-
-_NCCL_ENV_SPEC = importlib.util.spec_from_file_location(
-    "_preflight_nccl_env", Path(__file__).resolve().parents[2] / "nccl_env" / "filter_plugins" / "nccl_env.py")
-_nccl_env = importlib.util.module_from_spec(_NCCL_ENV_SPEC)
-_NCCL_ENV_SPEC.loader.exec_module(_nccl_env)
-# The GPU rules are the job's own check (files/gpu_check.py, which the job runs before training).
-_GPU_CHECK_SPEC = importlib.util.spec_from_file_location(
-    "_preflight_gpu_check", Path(__file__).resolve().parents[1] / "files" / "gpu_check.py")
-_gpu_check = importlib.util.module_from_spec(_GPU_CHECK_SPEC)
-_GPU_CHECK_SPEC.loader.exec_module(_gpu_check)
-
-
+from ansible_collections.hpc.slurm_train.plugins.filter import nccl_env as _nccl_env
+# The GPU rules are the job's own check (the slurm_launch role's files/gpu_check.py, which the job
+# runs before training).
+from ansible_collections.hpc.slurm_train.roles.slurm_launch.files import gpu_check as _gpu_check
 # The node-group rule of module_utils/cluster_rules.py, the one provision.yml's nccl_env role names
 # its env files by.
-_RULES_SPEC = importlib.util.spec_from_file_location(
-    "_preflight_cluster_rules", Path(__file__).resolve().parents[3] / "module_utils" / "cluster_rules.py")
-_rules = importlib.util.module_from_spec(_RULES_SPEC)
-_RULES_SPEC.loader.exec_module(_rules)
+from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
 
 
 def preflight_node_groups(nodes, hostvars, groups):

@@ -1,19 +1,14 @@
 """Runs of a job name (<jobs>/<user>/<name>/runs/<id>/) in words, and the table of a user's jobs
 (jobs.yml): Slurm's pending and running jobs with the finished ones of the outputs folder."""
 
-import importlib.util
 import json
 import os
 import re
-from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-# The run-path rule, shared with the slurm_job module (roles/slurm_launch/filter_plugins -> module_utils).
-_RULES_SPEC = importlib.util.spec_from_file_location(
-    "_runs_cluster_rules", Path(__file__).resolve().parents[3] / "module_utils" / "cluster_rules.py")
-_rules = importlib.util.module_from_spec(_RULES_SPEC)
-_RULES_SPEC.loader.exec_module(_rules)
+# The run-path rule, shared with the slurm_job module.
+from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
 run_of_path = _rules.run_of_path
 JOBS_SHOWN = 20
 COLUMNS = ("job", "name", "run", "state", "exit", "nodes", "elapsed", "restarts", "outputs")

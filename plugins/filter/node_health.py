@@ -4,18 +4,8 @@ from a slurm_nodes result), in one pass over the nodes. What Slurm's view of the
 module_utils/slurm.py's (check_job_nodes, node_condition), which the launch's staging module run
 applies to its own sinfo."""
 
-import importlib.util
-from pathlib import Path
-
-# The project's layout: roles/slurm_launch/filter_plugins -> module_utils.
-_SPEC = importlib.util.spec_from_file_location(
-    "_node_health_slurm_utils", Path(__file__).resolve().parents[3] / "module_utils" / "slurm.py")
-_slurm_utils = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(_slurm_utils)
-_RULES_SPEC = importlib.util.spec_from_file_location(
-    "_node_health_cluster_rules", Path(__file__).resolve().parents[3] / "module_utils" / "cluster_rules.py")
-_rules = importlib.util.module_from_spec(_RULES_SPEC)
-_RULES_SPEC.loader.exec_module(_rules)
+from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm as _slurm_utils
 
 # What the plan reads of each node's inventory variables.
 NODE_VARS = ("nccl_env_group", "cluster_node_gpus", "cluster_node_cpus")

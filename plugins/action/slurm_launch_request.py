@@ -128,7 +128,6 @@ run_request:
   type: dict
 """
 
-import importlib.util
 import os
 import secrets
 import string
@@ -140,23 +139,13 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-_HERE = Path(__file__).resolve().parent
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(f"_slurm_launch_request_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_extra_vars = _load("extra_vars", _HERE / "slurm_launch_extra_vars.py")
-_checks = _load("request_checks", _HERE / "request_checks.py")
-_nodes = _load("node_health", _HERE.parent / "filter_plugins" / "node_health.py")
-_sweep = _load("sweep", _HERE.parent / "filter_plugins" / "sweep.py")
-_script_path = _load("script_path", _HERE.parent / "filter_plugins" / "script_path.py").script_path
-_shell_words = _load("shell_words", _HERE.parent / "filter_plugins" / "shell_words.py").shell_words
-_train_job = _load("train_job", _HERE.parents[1] / "cluster" / "filter_plugins" / "train_job.py")
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as _extra_vars
+from ansible_collections.hpc.slurm_train.plugins.filter import node_health as _nodes
+from ansible_collections.hpc.slurm_train.plugins.filter import train_job as _train_job
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import request_checks as _checks
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _sweep
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.script_path import script_path as _script_path
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.shell_words import shell_words as _shell_words
 
 # Every value of a request, by its short -e name; the task passes each (vars/main.yml's _slurm_launch_request:
 # the key KEY is the variable ROLE_PREFIX + KEY).

@@ -19,7 +19,7 @@ import stat
 import tarfile
 import tempfile
 
-from ansible.module_utils.writable import existing_directory, problem_with
+from ansible_collections.hpc.slurm_train.plugins.module_utils.writable import existing_directory, problem_with
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 HASH_RE = re.compile(r"^[0-9a-f]{8,64}$")

@@ -7,15 +7,9 @@ failure."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 from ansible.plugins.action import ActionBase
 
-_spec = importlib.util.spec_from_file_location(
-    "_nccl_env_target_python", Path(__file__).resolve().parents[2] / "cluster" / "action_plugins" / "target_python.py")
-_target_python = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_target_python)
+from ansible_collections.hpc.slurm_train.plugins.action import target_python as _target_python
 
 
 class ActionModule(ActionBase):

@@ -1,26 +1,16 @@
 """Pure logic of the nccl_env role: merging detected and inventory NCCL settings, and the
 checks that refuse a setting NCCL would misread or a node group whose nodes disagree."""
 
-import importlib.util
 import re
 import shlex
-from pathlib import Path
 
 
-def _load_network_facts():
-    """library/nccl_network_facts.py: the one rule of what "an interface is up" means. Beside this
-    file where the preflight stages both on a node, else in the repository's library/."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "nccl_network_facts.py", here.parents[2] / "library" / "nccl_network_facts.py"):
-        if candidate.is_file():
-            spec = importlib.util.spec_from_file_location("_nccl_env_network_facts", candidate)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module
-    raise ImportError(f"nccl_network_facts.py is neither beside {here} nor in the repository's library/")
-
-
-interface_is_up = _load_network_facts().interface_is_up
+# library/nccl_network_facts.py: the one rule of what "an interface is up" means. On a node, where
+# the preflight stages both files side by side with no collection around them, a plain import.
+try:
+    from ansible_collections.hpc.slurm_train.plugins.modules.nccl_network_facts import interface_is_up
+except ImportError:
+    from nccl_network_facts import interface_is_up
 
 KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

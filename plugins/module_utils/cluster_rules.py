@@ -1,7 +1,7 @@
 """The rules the roles and modules of this project share, each in one place.
 
-Shipped to managed hosts as ``ansible.module_utils.cluster_rules`` (standard library only) and
-loaded by roles/cluster/filter_plugins/cluster_rules.py for the roles, so that a module and a
+Shipped to managed hosts with the modules that import it (standard library only) and imported by
+the filters (plugins/filter/cluster_rules.py) for the roles, so that a module and a
 role never disagree about what a safe path is, which inventory groups are node groups, what the
 NCCL env file of a group is called, which run of a job name a log belongs to, or which of a
 finished job's files come back.

@@ -1,16 +1,9 @@
 """Filters for the rules the roles share (module_utils/cluster_rules.py, the same Python the
 modules import): safe paths, node groups and partitions, the NCCL env file of a node group."""
 
-import importlib.util
-from pathlib import Path
-
 from ansible.errors import AnsibleFilterError
 
-# The project's layout: roles/cluster/filter_plugins -> module_utils.
-_SPEC = importlib.util.spec_from_file_location(
-    "_cluster_rules", Path(__file__).resolve().parents[3] / "module_utils" / "cluster_rules.py")
-rules = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(rules)
+from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as rules
 
 
 def _raising(function):
