@@ -256,3 +256,14 @@ def test_a_host_override_its_group_lacks_names_that_host_and_the_variable():
                             "share"]}
     # The group's key it shares is no suspect: NCCL_IB_TC is named nowhere.
     assert "NCCL_IB_TC" not in found["c2"][0]
+
+
+def test_async_error_handling_is_left_to_pytorch_by_default():
+    # PyTorch >= 2.2 defaults TORCH_NCCL_ASYNC_ERROR_HANDLING to 3; a 1 here would override it
+    # in every job (ProcessGroupNCCL: mode 1's ncclCommAbort can hang, no flight recorder dump).
+    import yaml
+    defaults = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles" / "nccl_env" / "defaults"
+                               / "main.yml").read_text())
+    assert defaults["nccl_env_base"] == {}
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in nccl_env.nccl_env_merge({"NCCL_IB_DISABLE": "0"},
+                                                                           defaults["nccl_env_base"], {})
