@@ -267,3 +267,21 @@ def test_async_error_handling_is_left_to_pytorch_by_default():
     assert defaults["nccl_env_base"] == {}
     assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in nccl_env.nccl_env_merge({"NCCL_IB_DISABLE": "0"},
                                                                            defaults["nccl_env_base"], {})
+
+
+def test_a_nodes_own_failed_check_decides_the_groups_disagreement_on_that_key():
+    # c2's /etc/nccl.conf was edited by hand: an HCA it lacks, IB enabled, a debug level of its own.
+    # Its own check of NCCL_IB_HCA fails: that names c2 alone for NCCL_IB_HCA, and for every other
+    # key it differs on, where no one's own check tells (issue 31, item 9).
+    healthy = node("i1", "ib_single", {"ib0": ["10.1.0.1"]})
+    edited = dict(healthy[2], NCCL_IB_HCA="=mlx5_4:1", NCCL_DEBUG="INFO")
+    found = nccl_env.nccl_env_group_outliers(["i1", "i2"], ["gpu", "gpu"], [healthy[2], edited],
+                                             [healthy[3], healthy[3]])
+    assert list(found) == ["i2"], found
+    assert found["i2"] == [
+        "i2: NCCL_IB_HCA names mlx5_4:1, which i2 does not have as an active port (active: mlx5_0:1; HCAs: mlx5_0)",
+        "group gpu: NCCL_DEBUG differs between its nodes (i1=(unset), i2=INFO); i2 is the odd one: its own check "
+        "failed on NCCL_IB_HCA",
+        "group gpu: NCCL_IB_HCA differs between its nodes (i1=mlx5_0:1, i2==mlx5_4:1); i2 is the odd one: its own "
+        "check of NCCL_IB_HCA failed, above"]
+    assert not any("every side" in problem for problems in found.values() for problem in problems)

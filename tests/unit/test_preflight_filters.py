@@ -219,3 +219,24 @@ def test_the_interface_a_socket_setting_selects():
     assert nccl_env.nccl_env_socket_interface({"NCCL_SOCKET_IFNAME": "^eth1"}, network) == (None, None)
     assert nccl_env.nccl_env_socket_interface({}, network) == (None, None)
     assert nccl_env.nccl_env_socket_address({"NCCL_SOCKET_IFNAME": "=eth0"}, network) == "10.0.0.1"
+
+
+def test_a_hand_edited_nccl_conf_names_its_node_alone_for_every_key_it_differs_on():
+    # n2's /etc/nccl.conf names an HCA n2 lacks and enables IB; n1's is what provision.yml wrote.
+    hca = {"name": "mlx5_0", "ports": [{"port": 1, "active": True, "state": "ACTIVE", "link_layer": "InfiniBand"}]}
+    written = {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "eth0"}
+    edited = {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_3:1", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_GID_INDEX": "3"}
+    found = []
+    for name, conf in (("n1", written), ("n2", edited)):
+        rec = record(name, conf=conf, job=conf)
+        rec["network"] = {**rec["network"], "hcas": [hca]}
+        found.append(rec)
+    problems = preflight.preflight_problems(found, ["n1", "n2"], {**CONTEXT, "node_groups": ["g", "g"]})
+    assert problems == [
+        "n2: NCCL_IB_HCA names mlx5_3:1, which n2 does not have as an active port (active: mlx5_0:1; HCAs: mlx5_0) "
+        "(in /etc/nccl.conf; provision.yml writes it anew)",
+        "group g: NCCL_IB_GID_INDEX differs between its nodes (n1=(unset), n2=3); n2 is the odd one: its own check "
+        "failed on NCCL_IB_HCA (in /etc/nccl.conf; provision.yml writes it anew)",
+        "group g: NCCL_IB_HCA differs between its nodes (n1==mlx5_0:1, n2==mlx5_3:1); n2 is the odd one: its own "
+        "check of NCCL_IB_HCA failed, above (in /etc/nccl.conf; provision.yml writes it anew)"]
+    assert not any("n1" in problem.split(";")[-1] for problem in problems), problems

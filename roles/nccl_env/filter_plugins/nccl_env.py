@@ -78,26 +78,34 @@ def _list_entries(value):
 
 def nccl_env_setting_problems(settings, where):
     """Problems with one node's settings that NCCL or PyTorch would misread."""
+    return [problem for _key, problem in _keyed_setting_problems(settings, where)]
+
+
+def _keyed_setting_problems(settings, where):
+    """(key, problem) for each of nccl_env_setting_problems, the key it is about."""
     problems = []
     for key, value in sorted((settings or {}).items()):
         value = _text(value)
         if not KEY_RE.match(key):
-            problems.append(f"{where}: {key!r} is no environment variable name (use upper case, digits, '_')")
+            problems.append((key, f"{where}: {key!r} is no environment variable name (use upper case, digits, '_')"))
         if key in RENAMED:
-            problems.append(f"{where}: {key} is no longer read; use {RENAMED[key]}")
+            problems.append((key, f"{where}: {key} is no longer read; use {RENAMED[key]}"))
         if any(char in value for char in "\n\r\0"):
-            problems.append(f"{where}: {key} holds a line break; give a single-line value")
+            problems.append((key, f"{where}: {key} holds a line break; give a single-line value"))
     ib_disable = _text(settings.get("NCCL_IB_DISABLE", "0"))
     if ib_disable not in ("0", "1"):
-        problems.append(f"{where}: NCCL_IB_DISABLE={ib_disable}; use 1 (sockets only) or 0 (use IB/RoCE)")
+        problems.append(("NCCL_IB_DISABLE",
+                         f"{where}: NCCL_IB_DISABLE={ib_disable}; use 1 (sockets only) or 0 (use IB/RoCE)"))
     ifname = settings.get("NCCL_SOCKET_IFNAME")
     if ifname is not None:
         exclude, _exact, names = _list_entries(_text(ifname))
         if not exclude and "lo" in names:
-            problems.append(f"{where}: NCCL_SOCKET_IFNAME={ifname} includes the loopback interface lo; "
-                            "other nodes cannot reach it: name the cluster network's interface")
+            problems.append(("NCCL_SOCKET_IFNAME",
+                             f"{where}: NCCL_SOCKET_IFNAME={ifname} includes the loopback interface lo; "
+                             "other nodes cannot reach it: name the cluster network's interface"))
         if not names:
-            problems.append(f"{where}: NCCL_SOCKET_IFNAME is empty; name an interface or leave it unset")
+            problems.append(("NCCL_SOCKET_IFNAME",
+                             f"{where}: NCCL_SOCKET_IFNAME is empty; name an interface or leave it unset"))
     return problems
 
 
@@ -106,7 +114,7 @@ def _matches(name, candidates, exact):
 
 
 def _hardware_problems(node):
-    """A node's settings naming an HCA port or interface it does not have (or that is down)."""
+    """(key, problem): a node's settings naming an HCA port or interface it does not have (or that is down)."""
     problems = []
     settings, network, name = node["settings"], node.get("network") or {}, node["name"]
     if settings.get("NCCL_IB_DISABLE", "0") != "1" and "NCCL_IB_HCA" in settings:
@@ -118,24 +126,28 @@ def _hardware_problems(node):
             found = [a for a in active if (a.split(":")[0] == hca if exact else a.startswith(hca))
                      and (not port or a.split(":")[1] == port)]
             if not found:
-                problems.append(f"{name}: NCCL_IB_HCA names {entry}, which {name} does not have as an "
-                                f"active port (active: {', '.join(active) or 'none'}; HCAs: "
-                                f"{', '.join(present) or 'none'})")
+                problems.append(("NCCL_IB_HCA", f"{name}: NCCL_IB_HCA names {entry}, which {name} does not have "
+                                                f"as an active port (active: {', '.join(active) or 'none'}; HCAs: "
+                                                f"{', '.join(present) or 'none'})"))
     if "NCCL_SOCKET_IFNAME" in settings:
         exclude, exact, entries = _list_entries(settings["NCCL_SOCKET_IFNAME"])
         up = [i["name"] for i in network.get("interfaces", []) if interface_is_up(i)]
         for entry in [] if exclude else entries:
             if not _matches(entry, up, exact):
-                problems.append(f"{name}: NCCL_SOCKET_IFNAME names {entry}, which {name} does not have "
-                                f"up (up: {', '.join(up) or 'none'})")
+                problems.append(("NCCL_SOCKET_IFNAME", f"{name}: NCCL_SOCKET_IFNAME names {entry}, which {name} "
+                                                       f"does not have up (up: {', '.join(up) or 'none'})"))
     return problems
 
 
-def _suspects(members, key, overrides, host_overrides):
+def _suspects(members, key, overrides, host_overrides, own_failures):
     """{node: why} for the nodes whose own findings make them the likely odd one out on key:
+    their own check of that key failed (it names hardware the node lacks: that decides it), else
     their detection reports a fault of their own hardware, or their value comes from an
     inventory override the rest of the group does not share (nccl_env_host_overrides, or an
-    nccl_env_overrides of its own)."""
+    nccl_env_overrides of its own); else a node whose own check failed on another key."""
+    on_key = [node["name"] for node in members if key in (own_failures.get(node["name"]) or {})]
+    if on_key:
+        return {name: f"its own check of {key} failed, above" for name in on_key}
     found = {}
     for node in members:
         faults = (node.get("network") or {}).get("faults") or []
@@ -150,6 +162,11 @@ def _suspects(members, key, overrides, host_overrides):
             for name, value in given.items():
                 found.setdefault(name, f"its {name_of} sets {key}={value}, which the rest of its group does not share")
             break
+    if not found:
+        for node in members:
+            failed = own_failures.get(node["name"]) or {}
+            if failed:
+                found[node["name"]] = f"its own check failed on {', '.join(sorted(failed))}"
     return found
 
 
@@ -170,9 +187,11 @@ def nccl_env_group_outliers(names, node_groups, settings, networks, overrides=No
         if problem not in outliers[node]:
             outliers[node].append(problem)
 
+    own_failures = {}
     for node in nodes:
-        for problem in nccl_env_setting_problems(node["settings"], node["name"]) + _hardware_problems(node):
+        for key, problem in _keyed_setting_problems(node["settings"], node["name"]) + _hardware_problems(node):
             name(node["name"], problem)
+            own_failures.setdefault(node["name"], {}).setdefault(key, problem)
     by_group = {}
     for node in nodes:
         by_group.setdefault(node["group"], []).append(node)
@@ -183,7 +202,7 @@ def nccl_env_group_outliers(names, node_groups, settings, networks, overrides=No
                 continue
             listing = ", ".join(f"{n}={v if v is not None else '(unset)'}" for n, v in values.items())
             where = f"group {group}: {key} differs between its nodes ({listing})"
-            suspects = _suspects(members, key, overrides, host_overrides)
+            suspects = _suspects(members, key, overrides, host_overrides, own_failures)
             rest = {values[n] for n in values if n not in suspects}
             counts = {v: list(values.values()).count(v) for v in set(values.values())}
             majority = [v for v, c in counts.items() if c * 2 > len(values)]
