@@ -467,6 +467,9 @@ def read_hcas(sysfs_root):
                 "board_id": read_sysfs_value(os.path.join(hca_dir, "board_id")),
                 "pci_path": read_pci_path(sysfs_root, os.path.join(hca_dir, "device")),
                 "numa_node": read_sysfs_int(os.path.join(hca_dir, "device", "numa_node")),
+                # An SR-IOV virtual function links its physical function as device/physfn.
+                "virtual_function": os.path.exists(os.path.join(hca_dir, "device", "physfn")),
+                "netdevs": sorted_entries(os.path.join(hca_dir, "device", "net")),
                 "ports": [
                     read_port(os.path.join(ports_dir, str(port)), port)
                     for port in numeric_entries(ports_dir)
@@ -523,16 +526,27 @@ def read_interfaces(sysfs_root, ipv4_addresses):
                 "virtual": is_virtual_interface(sysfs_root, name),
                 "mtu": read_sysfs_int(os.path.join(iface_dir, "mtu")),
                 "address": read_sysfs_value(os.path.join(iface_dir, "address")),
+                # Mb/s; the kernel answers EINVAL (None here) where the driver does not know.
+                "speed": read_sysfs_int(os.path.join(iface_dir, "speed")),
+                # A bond's or VLAN's underlying devices (lower_<name> links, as the kernel makes them).
+                "lower": sorted(entry[len("lower_"):] for entry in sorted_entries(iface_dir)
+                                if entry.startswith("lower_")),
                 "ipv4": list(ipv4_addresses.get(name, [])),
             }
         )
     return interfaces
 
 
+# NCCL's IB transport skips every port whose link layer is neither (src/transport/net_ib/init.cc:
+# IBV_LINK_LAYER_INFINIBAND, IBV_LINK_LAYER_ETHERNET); EFA reads "Unknown" and goes through a plugin.
+NCCL_LINK_LAYERS = ("InfiniBand", "Ethernet")
+
+
 def active_ports(hcas):
-    """(hca name, port) for every active port, in device and port order."""
+    """(hca name, port) for every active port NCCL's IB transport can use, in device and port order."""
     return [
-        (hca["name"], port) for hca in hcas for port in hca["ports"] if port["active"]
+        (hca["name"], port) for hca in hcas for port in hca["ports"]
+        if port["active"] and port["link_layer"] in NCCL_LINK_LAYERS
     ]
 
 
@@ -549,19 +563,24 @@ def interface_is_up(interface):
             and interface.get("type") != ARPHRD_LOOPBACK)
 
 
-def choose_gid_index(gids, prefer_gid_type):
-    """Lowest index of the preferred type, IPv4-mapped GIDs first.
+def choose_gid_index(gids, prefer_gid_type, own_netdevs=()):
+    """Lowest index of the preferred type, IPv4-mapped GIDs first; of the port's own netdev
+    (own_netdevs, a bond over it included) where it has GIDs of its own, so that a VLAN's or a
+    macvlan's GID, listed before it, is not taken.
 
     An IPv4-mapped GID carries the routable address; a link-local one only works in one L2 segment.
     """
     candidates = [gid for gid in gids if gid["type"] == prefer_gid_type]
+    own = [gid for gid in candidates if gid.get("ndev") in set(own_netdevs)]
+    candidates = own or candidates
     ipv4_mapped = [gid for gid in candidates if is_ipv4_mapped_gid(gid["gid"])]
     chosen = ipv4_mapped or candidates
     return chosen[0]["index"] if chosen else None
 
 
-def propose_gid_index(ports, prefer_gid_type):
+def propose_gid_index(ports, prefer_gid_type, own_netdevs=None):
     """One NCCL_IB_GID_INDEX for the RoCE ports among (hca, port) pairs, and warnings.
+    own_netdevs: {hca name: its netdevs} (choose_gid_index's preference).
 
     NCCL before 2.21 takes a single index for all HCAs, so when ports disagree the index most
     of them share wins (lowest on a tie) and the disagreement is reported.
@@ -572,7 +591,7 @@ def propose_gid_index(ports, prefer_gid_type):
         if port["link_layer"] != "Ethernet":
             continue
         label = f"{hca_name}:{port['port']}"
-        index = choose_gid_index(port["gids"], prefer_gid_type)
+        index = choose_gid_index(port["gids"], prefer_gid_type, (own_netdevs or {}).get(hca_name, ()))
         if index is None:
             warnings.append(
                 f"{label} has no {prefer_gid_type} GID; NCCL_IB_GID_INDEX does not fit it."
@@ -689,35 +708,77 @@ def read_gpus(sysfs_root):
     return gpus
 
 
-def shares_pcie_switch(hca_path, gpu_path):
-    """Whether two PCI paths meet below a PCIe switch rather than at the root port or the CPU:
-    their common part holds the root port and at least one switch port (NCCL's PIX/PXB)."""
+def pci_distance(hca_path, gpu_path):
+    """Hops between two PCI functions that meet below a PCIe switch (NCCL's PIX: one switch, PXB:
+    several), counted along both paths from where they part; None when they meet only at the
+    root port or the CPU (PHB, SYS) or a path is unreadable."""
     common = 0
     for hca_part, gpu_part in zip(hca_path, gpu_path):
         if hca_part != gpu_part:
             break
         common += 1
-    return common >= 2 and common < min(len(hca_path), len(gpu_path))
+    if common < 2 or common >= min(len(hca_path), len(gpu_path)):
+        return None
+    return len(hca_path) + len(gpu_path) - 2 * common
 
 
-def compute_fabric(hcas, gpus):
-    """The HCA ports of the compute fabric: those on HCAs that share a PCIe switch with a GPU,
-    of the link layer most of them have. Returns (ports, reason): ports as (hca, port) pairs of
-    every such port (active or not), empty with a reason when the topology cannot tell."""
+def shares_pcie_switch(hca_path, gpu_path):
+    """Whether two PCI paths meet below a PCIe switch rather than at the root port or the CPU:
+    their common part holds the root port and at least one switch port (NCCL's PIX/PXB)."""
+    return pci_distance(hca_path, gpu_path) is not None
+
+
+def hca_netdevs(hca, interfaces=()):
+    """The netdevs of an HCA (its PCI function's, its RoCE GIDs'), and every interface built on
+    one of them (a bond, a VLAN: their lower_* links)."""
+    names = set(hca.get("netdevs") or [])
+    names.update(gid["ndev"] for port in hca["ports"] for gid in port["gids"] if gid.get("ndev"))
+    for iface in interfaces:
+        if names & set(iface.get("lower") or []):
+            names.add(iface["name"])
+    return names
+
+
+def port_label(name, port):
+    return f"{name}:{port['port']}"
+
+
+def compute_fabric(hcas, gpus, dropped=()):
+    """The HCA ports of the compute fabric, chosen per GPU as NCCL ranks NICs: for each GPU the
+    HCA(s) at the smallest PCI distance below a switch (PIX/PXB), else those on its NUMA node,
+    then the link layer most of them have. SR-IOV virtual functions, link layers NCCL skips and
+    the HCAs in dropped (holding the cluster address) are no candidates.
+    Returns (ports, reason, how): ports as (hca, port) of every such port (active or not); empty
+    with the reason when nothing tells; how is "pci", "numa" or None."""
     if not gpus:
         return [], ("no NVIDIA GPU under bus/pci/devices, so the compute fabric cannot be told "
-                    "from storage and in-band ports; NCCL_IB_HCA left unset (NCCL chooses)")
-    local = [hca for hca in hcas
-             if any(shares_pcie_switch(hca["pci_path"], gpu["pci_path"]) for gpu in gpus)]
-    if not local:
-        return [], ("no HCA shares a PCIe switch with a GPU (or their PCI paths are unreadable); "
-                    "NCCL_IB_HCA left unset (NCCL chooses)")
-    ports = [(hca["name"], port) for hca in local for port in hca["ports"]]
-    layers = Counter(port["link_layer"] for _hca, port in ports if port["link_layer"])
+                    "from storage and in-band ports; NCCL_IB_HCA left unset (NCCL chooses)"), None
+    candidates = [hca for hca in hcas if not hca.get("virtual_function") and hca["name"] not in dropped
+                  and any(port["link_layer"] in NCCL_LINK_LAYERS for port in hca["ports"])]
+    chosen, how = [], None
+    for gpu in gpus:
+        distances = {hca["name"]: pci_distance(hca["pci_path"], gpu["pci_path"]) for hca in candidates}
+        near = [d for d in distances.values() if d is not None]
+        chosen += [name for name, d in distances.items() if near and d == min(near) and name not in chosen]
+    if chosen:
+        how = "pci"
+    else:
+        for gpu in gpus:
+            numa = gpu.get("numa_node")
+            if numa is None or numa < 0:
+                continue
+            chosen += [hca["name"] for hca in candidates if hca.get("numa_node") == numa and hca["name"] not in chosen]
+        how = "numa" if chosen else None
+    if not chosen:
+        return [], ("no HCA shares a PCIe switch or a NUMA node with a GPU (or their PCI paths and NUMA "
+                    "nodes are unreadable); NCCL_IB_HCA left unset (NCCL chooses)"), None
+    ports = [(hca["name"], port) for hca in candidates if hca["name"] in chosen for port in hca["ports"]
+             if port["link_layer"] in NCCL_LINK_LAYERS]
+    layers = Counter(port["link_layer"] for _hca, port in ports)
     if not layers:
-        return [], "the GPU-local HCAs' link layers are unreadable; NCCL_IB_HCA left unset (NCCL chooses)"
+        return [], "the GPU-local HCAs' link layers are unreadable; NCCL_IB_HCA left unset (NCCL chooses)", None
     layer = min(layers, key=lambda name: (-layers[name], name))
-    return [(name, port) for name, port in ports if port["link_layer"] == layer], None
+    return [(name, port) for name, port in ports if port["link_layer"] == layer], None, how
 
 
 def cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cidr):
@@ -745,41 +806,64 @@ def cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cid
                   "neither cluster_address nor cluster_cidr given")
 
 
+# The socket interface below this speed (Mb/s) carrying all of NCCL's traffic is worth a warning.
+SLOW_SOCKET_MBPS = 25000
+
+
 def propose_site_settings(
     hcas, gpus, interfaces, exclude_patterns, prefer_gid_type,
     cluster_address=None, cluster_cidr=None, nccl_version=None,
 ):
     """What an admin of a DGX/HGX cluster would set, with the reason for each key.
 
-    NCCL_IB_HCA: only the compute fabric, exact ('=') and with ports; unset where the topology
-    cannot tell. NCCL_SOCKET_IFNAME: the one cluster interface. NCCL_IB_GID_INDEX: only for NCCL
-    before 2.21 (later ones detect it per port). Returns (proposed, warnings, reasons, faults):
-    reasons {key: why it is set or unset}, faults what is wrong with this node's own hardware.
+    NCCL_IB_HCA: the compute fabric (compute_fabric), exact ('=') and with ports; unset, with a
+    warning naming the ports, where the topology cannot tell. NCCL_SOCKET_IFNAME: the one cluster
+    interface; the HCA whose netdev holds it is no rail. NCCL_IB_GID_INDEX: only for NCCL before
+    2.21 (later ones detect it per port). Returns (proposed, warnings, reasons, faults): reasons
+    {key: why it is set or unset}, faults what is wrong with this node's own hardware.
     """
     warnings, reasons, faults = [], {}, []
-    proposed = {"NCCL_IB_DISABLE": "0" if active_ports(hcas) else "1"}
-    fabric, why_not = compute_fabric(hcas, gpus)
-    rdma_ports = [(name, port) for name, port in fabric if port["active"]]
+    usable = active_ports([hca for hca in hcas if not hca.get("virtual_function")])
+    proposed = {"NCCL_IB_DISABLE": "0" if usable else "1"}
+    skipped = sorted({f"{hca['name']} ({port['link_layer'] or 'unreadable'})" for hca in hcas for port in hca["ports"]
+                      if port["active"] and port["link_layer"] not in NCCL_LINK_LAYERS})
+    if skipped:
+        warnings.append(f"{', '.join(skipped)}: a link layer NCCL's IB transport skips (EFA and other "
+                        "non-verbs devices go through an NCCL net plugin, such as aws-ofi-nccl); no NCCL_IB_HCA for them.")
+    name, why = cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cidr)
+    netdevs = {hca["name"]: hca_netdevs(hca, interfaces) for hca in hcas}
+    dropped = sorted((hca for hca in netdevs if name and name in netdevs[hca]), key=natural_key)
+    fabric, why_not, how = compute_fabric(hcas, gpus, dropped)
+    rdma_ports = [(hca, port) for hca, port in fabric if port["active"]]
+    held = (f"; {', '.join(dropped)} left out: {'its' if len(dropped) == 1 else 'their'} netdev holds the "
+            f"cluster interface {name}" if dropped else "")
     if why_not:
-        reasons["NCCL_IB_HCA"] = why_not
-        rdma_ports = active_ports(hcas)
+        reasons["NCCL_IB_HCA"] = why_not + held
+        candidates = [port_label(hca, port) for hca, port in usable if hca not in dropped]
+        if gpus and len(candidates) > 1:
+            warnings.append(f"NCCL_IB_HCA left unset, and NCCL then uses every active port ({', '.join(candidates)}), "
+                            "a front-end or storage port included: the PCI topology and NUMA nodes do not tell which "
+                            "are the compute fabric; name them in nccl_env_overrides (NCCL_IB_HCA: =hca:port,...).")
+        rdma_ports = [(hca, port) for hca, port in usable if hca not in dropped]
     elif rdma_ports:
         # "=": exact names; without it mlx5_1 would also match mlx5_10 and mlx5_11.
-        proposed["NCCL_IB_HCA"] = "=" + ",".join(f"{name}:{port['port']}" for name, port in rdma_ports)
-        reasons["NCCL_IB_HCA"] = (f"the {fabric[0][1]['link_layer']} ports of the HCAs that share a "
-                                  "PCIe switch with a GPU (the compute fabric)")
+        proposed["NCCL_IB_HCA"] = "=" + ",".join(port_label(hca, port) for hca, port in rdma_ports)
+        reasons["NCCL_IB_HCA"] = ((f"the {fabric[0][1]['link_layer']} ports of the HCAs nearest each GPU below "
+                                   "a PCIe switch (NCCL's PIX/PXB: the compute fabric)") if how == "pci" else
+                                  (f"the {fabric[0][1]['link_layer']} ports of the HCAs on each GPU's NUMA node "
+                                   "(no HCA shares a PCIe switch with a GPU)")) + held
     else:
-        reasons["NCCL_IB_HCA"] = "no port of the GPU-local HCAs is active"
-    for name, port in fabric:
+        reasons["NCCL_IB_HCA"] = "no port of the GPU-local HCAs is active" + held
+    for hca, port in fabric if how == "pci" else []:
         if not port["active"]:
-            faults.append(f"{name}:{port['port']} is a compute rail (its HCA shares a PCIe switch with "
+            faults.append(f"{hca}:{port['port']} is a compute rail (its HCA shares a PCIe switch with "
                           f"a GPU) but its port is {port['state'] or 'unreadable'}, not ACTIVE")
     version = parse_nccl_version(nccl_version)
     if version and version >= (2, 21):
         reasons["NCCL_IB_GID_INDEX"] = (f"NCCL {nccl_version} finds each port's RoCE v2 GID itself "
                                         "(its default -1 since 2.21); a forced index is left out")
     elif any(port["link_layer"] == "Ethernet" for _name, port in rdma_ports):
-        gid_index, gid_warnings = propose_gid_index(rdma_ports, prefer_gid_type)
+        gid_index, gid_warnings = propose_gid_index(rdma_ports, prefer_gid_type, netdevs)
         warnings.extend(gid_warnings)
         if gid_index is not None and not gid_warnings:
             proposed["NCCL_IB_GID_INDEX"] = str(gid_index)
@@ -789,13 +873,22 @@ def propose_site_settings(
                    else "an NCCL of unknown version (give nccl_version: 2.21 and later choose per port)"))
         else:
             reasons["NCCL_IB_GID_INDEX"] = ("the compute RoCE ports have no one GID index of type "
-                                            f"{prefer_gid_type} and this NCCL takes one for all; left unset")
-    name, why = cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cidr)
+                                            f"{prefer_gid_type} and this NCCL takes one for all; left unset, "
+                                            "so NCCL before 2.21 uses index 0 (its default), a RoCE v1 or "
+                                            "link-local GID on most ports")
+            warnings.append(f"NCCL_IB_GID_INDEX left unset: NCCL {nccl_version or 'of unknown version'} then uses "
+                            "GID index 0; set it in nccl_env_overrides, or use NCCL 2.21 or later.")
     reasons["NCCL_SOCKET_IFNAME"] = why
     if name:
         # "=": exact; eth0 would also match eth01. One interface: NCCL's bootstrap takes the
         # first match in getifaddrs order, and its socket transport spreads over every match.
         proposed["NCCL_SOCKET_IFNAME"] = "=" + name
+        speed = next((iface.get("speed") for iface in interfaces if iface["name"] == name), None)
+        if proposed["NCCL_IB_DISABLE"] == "1" and gpus and speed and 0 < speed < SLOW_SOCKET_MBPS:
+            warnings.append(f"NCCL_IB_DISABLE=1 (no usable RDMA port): all of NCCL's traffic goes over {name}, "
+                            f"a {speed // 1000 if speed >= 1000 else speed / 1000:g} Gb/s interface, below "
+                            f"{SLOW_SOCKET_MBPS // 1000} Gb/s: a multi-node training will crawl; give the nodes an "
+                            "RDMA fabric or a faster interface (nccl_env_overrides: NCCL_SOCKET_IFNAME).")
     else:
         warnings.append(f"NCCL_SOCKET_IFNAME left unset: {why}.")
     return proposed, warnings, reasons, faults
