@@ -69,7 +69,9 @@ options:
     description:
       - NCCL version of the training env. From 2.21 on NCCL detects each port's GID (its
         C(NCCL_IB_GID_INDEX) default is -1), so none is proposed.
-      - Empty reads it from O(env_prefix); unknown proposes the index as older NCCL needs it.
+      - Empty asks the torch of O(env_prefix) (C(torch.cuda.nccl.version()), the NCCL it loads, which a
+        static build links in), where the node has RoCE ports (the only use of the version), else reads
+        it from O(env_prefix)'s files; unknown proposes the index as older NCCL needs it.
     type: str
     default: ""
   env_prefix:
@@ -78,6 +80,27 @@ options:
         C(nvidia_nccl_cu*-*.dist-info) gives the NCCL version when O(nccl_version) is empty.
     type: path
     default: ""
+  conf_path:
+    description:
+      - The node's NCCL configuration file (C(/etc/nccl.conf)). The keys of the one found there that
+        O(role_keys) does not name are returned in C(nccl_network.kept) and said in a warning, to be
+        written back (an Azure HPC image's C(NCCL_TOPO_FILE), for one). In a file this role wrote,
+        only the keys it kept before count.
+      - Empty reads none.
+    type: path
+    default: ""
+  role_keys:
+    description:
+      - The keys the role sets itself besides the detected ones (its base settings and the inventory's).
+    type: list
+    elements: str
+    default: []
+  overrides:
+    description:
+      - The inventory's settings for this node, checked against its HCAs and interfaces as NCCL
+        parses them; what NCCL would read otherwise than meant is said in a warning.
+    type: dict
+    default: {}
 author:
   - ansible-slurm-train maintainers
 notes:
@@ -338,6 +361,11 @@ ansible_facts:
               returned: when one interface qualifies
               type: str
               sample: =eth0
+        kept:
+          description: Keys of the O(conf_path) found on the node that the role does not set, and their values.
+          returned: always
+          type: dict
+          sample: {"NCCL_TOPO_FILE": "/opt/microsoft/ndv5/topo.xml"}
         warnings:
           description: Reasons to doubt the proposal.
           returned: always
@@ -565,7 +593,7 @@ def interface_is_up(interface):
 
 def choose_gid_index(gids, prefer_gid_type, own_netdevs=()):
     """Lowest index of the preferred type, IPv4-mapped GIDs first; of the port's own netdev
-    (own_netdevs, a bond over it included) where it has GIDs of its own, so that a VLAN's or a
+    (own_netdevs: its PCI function's, device/net) where it has GIDs of its own, so that a VLAN's or a
     macvlan's GID, listed before it, is not taken.
 
     An IPv4-mapped GID carries the routable address; a link-local one only works in one L2 segment.
@@ -673,6 +701,19 @@ def nccl_version_from_env(prefix):
     return None
 
 
+TORCH_NCCL_CODE = "import torch; print('.'.join(map(str, torch.cuda.nccl.version())))"
+
+
+def torch_nccl_version(module, prefix):
+    """The NCCL the env's torch loads (torch.cuda.nccl.version(): a static build's own), or None."""
+    python = os.path.join(prefix or "", "bin", "python")
+    if not prefix or not os.access(python, os.X_OK):
+        return None
+    rc, out, _err = module.run_command([python, "-c", TORCH_NCCL_CODE], environ_update={"LC_ALL": "C"})
+    version = out.strip().splitlines()[-1] if rc == 0 and out.strip() else ""
+    return version if parse_nccl_version(version) else None
+
+
 def read_pci_path(sysfs_root, device_link):
     """The PCI functions from the root complex down to a device: 'class/infiniband/mlx5_0/device'
     resolved -> ['0000:15:01.0', '0000:16:00.0', '0000:17:02.0', '0000:19:00.0'] (root port,
@@ -755,6 +796,9 @@ def compute_fabric(hcas, gpus, dropped=()):
                     "from storage and in-band ports; NCCL_IB_HCA left unset (NCCL chooses)"), None
     candidates = [hca for hca in hcas if not hca.get("virtual_function") and hca["name"] not in dropped
                   and any(port["link_layer"] in NCCL_LINK_LAYERS for port in hca["ports"])]
+    if not candidates:
+        return [], ("no HCA port NCCL's IB transport can use (an InfiniBand or Ethernet link layer, not an "
+                    "SR-IOV virtual function); NCCL_IB_HCA left unset"), None
     chosen, how = [], None
     for gpu in gpus:
         distances = {hca["name"]: pci_distance(hca["pci_path"], gpu["pci_path"]) for hca in candidates}
@@ -825,11 +869,15 @@ def propose_site_settings(
     warnings, reasons, faults = [], {}, []
     usable = active_ports([hca for hca in hcas if not hca.get("virtual_function")])
     proposed = {"NCCL_IB_DISABLE": "0" if usable else "1"}
-    skipped = sorted({f"{hca['name']} ({port['link_layer'] or 'unreadable'})" for hca in hcas for port in hca["ports"]
-                      if port["active"] and port["link_layer"] not in NCCL_LINK_LAYERS})
+    skipped = [(port_label(hca["name"], port), port["link_layer"] or "unreadable") for hca in hcas
+               for port in hca["ports"] if port["active"] and port["link_layer"] not in NCCL_LINK_LAYERS]
     if skipped:
-        warnings.append(f"{', '.join(skipped)}: a link layer NCCL's IB transport skips (EFA and other "
-                        "non-verbs devices go through an NCCL net plugin, such as aws-ofi-nccl); no NCCL_IB_HCA for them.")
+        listed = ", ".join(label for label, _layer in skipped[:4]) + (f" and {len(skipped) - 4} more"
+                                                                      if len(skipped) > 4 else "")
+        layers = "/".join(sorted({layer for _label, layer in skipped}))
+        warnings.append(f"{listed}: active, of link layer {layers}, which NCCL's IB transport skips (EFA and "
+                        "other devices without InfiniBand or Ethernet verbs go through an NCCL net plugin, such "
+                        "as aws-ofi-nccl): no NCCL_IB_HCA for them; check that the training env has the plugin.")
     name, why = cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cidr)
     netdevs = {hca["name"]: hca_netdevs(hca, interfaces) for hca in hcas}
     dropped = sorted((hca for hca in netdevs if name and name in netdevs[hca]), key=natural_key)
@@ -863,7 +911,8 @@ def propose_site_settings(
         reasons["NCCL_IB_GID_INDEX"] = (f"NCCL {nccl_version} finds each port's RoCE v2 GID itself "
                                         "(its default -1 since 2.21); a forced index is left out")
     elif any(port["link_layer"] == "Ethernet" for _name, port in rdma_ports):
-        gid_index, gid_warnings = propose_gid_index(rdma_ports, prefer_gid_type, netdevs)
+        own = {hca["name"]: hca.get("netdevs") or [] for hca in hcas}
+        gid_index, gid_warnings = propose_gid_index(rdma_ports, prefer_gid_type, own)
         warnings.extend(gid_warnings)
         if gid_index is not None and not gid_warnings:
             proposed["NCCL_IB_GID_INDEX"] = str(gid_index)
@@ -930,6 +979,75 @@ def propose_nccl_settings(
     return proposed, warnings
 
 
+# What the role writes at the top of an nccl.conf, and the line before the keys it kept there.
+CONF_TITLE_PREFIX = "# NCCL settings of "
+KEPT_MARKER = "# Kept from the nccl.conf found on this node (keys this role does not set):"
+SITE_KEYS = ("NCCL_IB_DISABLE", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME")
+NCCL_CONF_LINE_RE = re.compile(r"^([^=#][^=]*)=(.*)$")
+
+
+def read_nccl_conf(text):
+    """{key: value} as NCCL reads a conf file (src/misc/param.cc, setEnvFile): '#' lines skipped,
+    a line without '=' skipped, the value everything after the first '=' (spaces kept)."""
+    found = {}
+    for line in (text or "").splitlines():
+        match = NCCL_CONF_LINE_RE.match(line.rstrip("\r"))
+        if match:
+            found.setdefault(match.group(1), match.group(2))
+    return found
+
+
+def kept_conf_keys(text, role_keys):
+    """The keys of an existing nccl.conf to write back: in a file this role wrote, those under its
+    KEPT_MARKER; in any other, every key the role does not set (SITE_KEYS, role_keys)."""
+    if text is None:
+        return {}
+    if text.startswith(CONF_TITLE_PREFIX) or f"\n{CONF_TITLE_PREFIX}" in text:
+        _before, marker, after = text.partition(KEPT_MARKER)
+        return read_nccl_conf(after) if marker else {}
+    settings = read_nccl_conf(text)
+    return {key: value for key, value in settings.items()
+            if key not in SITE_KEYS and key not in set(role_keys)}
+
+
+def nccl_list_entries(value):
+    """(exclude, exact, [entries]) of an NCCL_IB_HCA / NCCL_SOCKET_IFNAME value as NCCL splits it
+    (src/misc/utils.cc parseStringList: '^' then '=' prefixes, entries split at ',' only, spaces
+    kept, empty entries dropped); each entry (prefix, port, rest) split at ':'."""
+    exclude = value.startswith("^")
+    value = value[1:] if exclude else value
+    exact = value.startswith("=")
+    value = value[1:] if exact else value
+    entries = []
+    for entry in value.split(","):
+        prefix, _, rest = entry.partition(":")
+        if prefix:
+            port, _, more = rest.partition(":")
+            entries.append((prefix, port, more))
+    return exclude, exact, entries
+
+
+def override_warnings(overrides, hcas, interfaces):
+    """What NCCL would read otherwise than the inventory means (src/misc/utils.cc: matchIf is a
+    prefix match without '=', an exact one with it; the port must be a number)."""
+    warnings = []
+    for key, names in (("NCCL_IB_HCA", [hca["name"] for hca in hcas]),
+                       ("NCCL_SOCKET_IFNAME", [iface["name"] for iface in interfaces])):
+        value = (overrides or {}).get(key)
+        if value is None:
+            continue
+        _exclude, exact, entries = nccl_list_entries(str(value))
+        for prefix, _port, _more in entries:
+            if exact or prefix != prefix.strip():
+                continue
+            matched = [name for name in names if name.startswith(prefix)]
+            if len(matched) > 1:
+                warnings.append(f"{key}={value}: without '=' NCCL takes {prefix} as a prefix, which matches "
+                                f"{', '.join(sorted(matched, key=natural_key))} here; write ={prefix}... "
+                                "for exact names.")
+    return warnings
+
+
 def resolve_cluster_address(value):
     """The node's IPv4 cluster address from an address or a host name (ansible_host may be
     either); None for an empty value. Raises ValueError naming the value otherwise."""
@@ -971,6 +1089,9 @@ def main():
             "cluster_cidr": {"type": "str", "default": ""},
             "nccl_version": {"type": "str", "default": ""},
             "env_prefix": {"type": "path", "default": ""},
+            "conf_path": {"type": "path", "default": ""},
+            "role_keys": {"type": "list", "elements": "str", "default": []},
+            "overrides": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -1005,8 +1126,6 @@ def main():
         cluster_address = resolve_cluster_address(params["cluster_address"])
     except ValueError as error:
         module.fail_json(msg=str(error))
-    nccl_version = params["nccl_version"] or nccl_version_from_env(params["env_prefix"]) or None
-
     detect_warning = ""
     if params["detect_ipv4"]:
         detected, detect_warning = detect_ipv4_addresses(module)
@@ -1016,6 +1135,10 @@ def main():
     hcas = read_hcas(sysfs_root)
     gpus = read_gpus(sysfs_root)
     interfaces = read_interfaces(sysfs_root, ipv4_addresses or {})
+    nccl_version = params["nccl_version"] or None
+    # The version only decides the RoCE GID index: torch is asked (seconds) only where it matters.
+    if not nccl_version and any(port["link_layer"] == "Ethernet" for _hca, port in active_ports(hcas)):
+        nccl_version = torch_nccl_version(module, params["env_prefix"]) or nccl_version_from_env(params["env_prefix"])
     proposed, warnings, reasons, faults = propose_site_settings(
         hcas, gpus, interfaces, params["exclude_interfaces"], params["prefer_gid_type"],
         cluster_address, params["cluster_cidr"], nccl_version,
@@ -1023,6 +1146,19 @@ def main():
     if not nccl_version and "NCCL_IB_GID_INDEX" in proposed:
         warnings.append("NCCL version unknown (no nccl_version, none found in env_prefix): "
                         "NCCL_IB_GID_INDEX is forced as NCCL before 2.21 needs it.")
+    warnings.extend(override_warnings(params["overrides"], hcas, interfaces))
+    kept = {}
+    if params["conf_path"]:
+        try:
+            with open(params["conf_path"], encoding="utf-8", errors="replace") as handle:
+                kept = kept_conf_keys(handle.read(), params["role_keys"] + list(params["overrides"]))
+        except FileNotFoundError:
+            kept = {}
+        except OSError as error:
+            module.fail_json(msg=f"conf_path {params['conf_path']}: {error}")
+    if kept:
+        warnings.append(f"Kept from {params['conf_path']}, which this role does not set: {', '.join(sorted(kept))} "
+                        "(set them in nccl_env_overrides to manage them for the group).")
     for warning in ([detect_warning] if detect_warning else []) + warnings + faults:
         module.warn(warning)
     module.exit_json(
@@ -1036,6 +1172,7 @@ def main():
                 "proposed": proposed,
                 "reasons": reasons,
                 "faults": faults,
+                "kept": kept,
                 "warnings": warnings,
             }
         },

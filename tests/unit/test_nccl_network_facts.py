@@ -693,9 +693,9 @@ def test_the_compute_fabric_is_unknown_without_a_gpu_local_hca_or_a_readable_lin
                                                    "PCI paths and NUMA nodes are unreadable); NCCL_IB_HCA left unset "
                                                    "(NCCL chooses)", None)
     near = [hca("mlx5_0", [RP, SW_UP, SW_DN_B, "0000:19:00.0"], port(None))]
-    assert nccl.compute_fabric(near, [GPU])[1] == ("no HCA shares a PCIe switch or a NUMA node with a GPU (or "
-                                                   "their PCI paths and NUMA nodes are unreadable); NCCL_IB_HCA left "
-                                                   "unset (NCCL chooses)")
+    assert nccl.compute_fabric(near, [GPU])[1] == ("no HCA port NCCL's IB transport can use (an InfiniBand or "
+                                                   "Ethernet link layer, not an SR-IOV virtual function); "
+                                                   "NCCL_IB_HCA left unset")
 
 
 def roce_rail(name, function, index, active=True):
@@ -799,10 +799,29 @@ def test_parse_nccl_version(text, version):
 
 def test_the_module_reports_the_nccl_version_it_was_given_or_found(capsys, tmp_path):
     write_conda_record(tmp_path, "nccl-2.18.3-h1_0.json", json.dumps({"name": "nccl", "version": "2.18.3"}))
-    given = run_module(capsys, sysfs_root=sysfs("ib_single"), nccl_version="2.21.5")
-    found = run_module(capsys, sysfs_root=sysfs("ib_single"), env_prefix=str(tmp_path))
+    given = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), nccl_version="2.21.5")
+    found = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), env_prefix=str(tmp_path))
     assert given["ansible_facts"]["nccl_network"]["nccl_version"] == "2.21.5"
     assert found["ansible_facts"]["nccl_network"]["nccl_version"] == "2.18.3"
+    # InfiniBand only: the version decides nothing, and is not looked for.
+    infiniband = run_module(capsys, sysfs_root=sysfs("ib_single"), env_prefix=str(tmp_path))
+    assert infiniband["ansible_facts"]["nccl_network"]["nccl_version"] is None
+
+
+def test_the_nccl_version_is_the_one_the_envs_torch_loads_before_its_files(capsys, tmp_path):
+    # A pytorch-channel torch links NCCL statically: torch.cuda.nccl.version() is 2.21.5 while
+    # conda-meta holds a conda-forge nccl 2.18.3 that torch never loads.
+    write_conda_record(tmp_path, "nccl-2.18.3-h1_0.json", json.dumps({"name": "nccl", "version": "2.18.3"}))
+    (tmp_path / "bin").mkdir()
+    python = tmp_path / "bin" / "python"
+    python.write_text('#!/bin/sh\n[ "$1" = -c ] && case "$2" in *torch.cuda.nccl.version*) echo 2.21.5;; esac\n')
+    python.chmod(0o755)
+    facts = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), env_prefix=str(tmp_path))["ansible_facts"]["nccl_network"]
+    assert facts["nccl_version"] == "2.21.5"
+    assert "NCCL_IB_GID_INDEX" not in facts["proposed"]
+    python.write_text("#!/bin/sh\necho 'AttributeError: torch._C has no _nccl_version' >&2; exit 1\n")
+    facts = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), env_prefix=str(tmp_path))["ansible_facts"]["nccl_network"]
+    assert facts["nccl_version"] == "2.18.3"
 
 
 # Stand-in for getaddrinfo(name, None, AF_INET) (getaddrinfo(3)): without a socket type it lists
