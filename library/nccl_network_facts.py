@@ -1027,10 +1027,56 @@ def nccl_list_entries(value):
     return exclude, exact, entries
 
 
+# Old names NCCL or PyTorch still read, deprecated, and their successors (NCCL src/graph/connect.cc
+# "Legacy naming"; PyTorch ProcessGroupNCCL's TORCH_NCCL_* names, the NCCL_* ones warned about).
+DEPRECATED = {
+    "NCCL_MIN_NRINGS": "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NRINGS": "NCCL_MAX_NCHANNELS",
+    "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",
+    "NCCL_DESYNC_DEBUG": "TORCH_NCCL_DESYNC_DEBUG",
+}
+# NCCL's defaults the warnings compare with (src/transport/net_ib/connect.cc: IB_TIMEOUT 20,
+# IB_RETRY_CNT 7; the timeout is 4.096 us * 2^value per retry, the InfiniBand spec's).
+NCCL_IB_TIMEOUT_DEFAULT = 20
+NCCL_IB_RETRY_DEFAULT = 7
+
+
+def setting_warnings(settings):
+    """Settings that NCCL or PyTorch read, but that are deprecated or risky, each with why."""
+    warnings = []
+    for key, value in sorted((settings or {}).items()):
+        value = str(value)
+        if key in DEPRECATED:
+            warnings.append(f"{key} is deprecated (still read, for now): use {DEPRECATED[key]}.")
+        elif key in ("NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL") and value[:1].isdigit():
+            warnings.append(f"{key}={value}: the numeric form is deprecated (NCCL maps it to a path type); write "
+                            "LOC, NVL, PIX, PXB, PXN, PHB or SYS (NCCL documentation, Environment Variables).")
+        elif key == "NCCL_IB_TIMEOUT" and value.isdigit() and int(value) > NCCL_IB_TIMEOUT_DEFAULT:
+            wait = 4.096e-6 * 2 ** int(value)
+            warnings.append(f"NCCL_IB_TIMEOUT={value}: each of the {NCCL_IB_RETRY_DEFAULT} retries waits "
+                            f"{wait:.0f} s (4.096 us * 2^{value}), so a lost link stalls the job about "
+                            f"{wait * (NCCL_IB_RETRY_DEFAULT + 1) / 60:.0f} min before NCCL reports it; NCCL's "
+                            f"default is {NCCL_IB_TIMEOUT_DEFAULT} ({4.096e-6 * 2 ** NCCL_IB_TIMEOUT_DEFAULT:.1f} s).")
+        elif key in ("NCCL_MIN_NCHANNELS", "NCCL_MIN_CTAS"):
+            warnings.append(f"{key}={value} forces what NCCL tunes for each version and machine (and takes SMs "
+                            "from the training): keep it only where a measurement on this NCCL shows a gain.")
+        elif key == "NCCL_CROSS_NIC" and value == "1":
+            warnings.append("NCCL_CROSS_NIC=1 lets rings and trees leave their rail: on a rail-optimized fabric "
+                            "(DGX SuperPOD) that traffic crosses the spine; NCCL's default (2) decides per system.")
+        elif key == "NCCL_COLLNET_ENABLE" and value == "1":
+            warnings.append("NCCL_COLLNET_ENABLE=1 needs SHARP: an InfiniBand fabric with aggregation managers and "
+                            "the SHARP NCCL plugin (libnccl-net.so of nccl-rdma-sharp-plugins) in the training env.")
+        elif key == "TORCH_NCCL_ASYNC_ERROR_HANDLING" and value == "1":
+            warnings.append("TORCH_NCCL_ASYNC_ERROR_HANDLING=1: its ncclCommAbort can itself hang, and the flight "
+                            "recorder dumps nothing; PyTorch's default since 2.2 is 3: leave it unset.")
+    return warnings
+
+
 def override_warnings(overrides, hcas, interfaces):
     """What NCCL would read otherwise than the inventory means (src/misc/utils.cc: matchIf is a
-    prefix match without '=', an exact one with it; the port must be a number)."""
-    warnings = []
+    prefix match without '=', an exact one with it), and setting_warnings'."""
+    warnings = setting_warnings(overrides)
     for key, names in (("NCCL_IB_HCA", [hca["name"] for hca in hcas]),
                        ("NCCL_SOCKET_IFNAME", [iface["name"] for iface in interfaces])):
         value = (overrides or {}).get(key)

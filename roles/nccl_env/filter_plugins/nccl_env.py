@@ -20,18 +20,12 @@ def _load_network_facts():
     raise ImportError(f"nccl_network_facts.py is neither beside {here} nor in the repository's library/")
 
 
-interface_is_up = _load_network_facts().interface_is_up
+_facts = _load_network_facts()
+interface_is_up = _facts.interface_is_up
+nccl_list_entries = _facts.nccl_list_entries
 
 KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 GROUP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-# Old names NCCL or PyTorch no longer read, and the names that replaced them.
-RENAMED = {
-    "NCCL_MIN_NRINGS": "NCCL_MIN_NCHANNELS",
-    "NCCL_MAX_NRINGS": "NCCL_MAX_NCHANNELS",
-    "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-    "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",
-    "NCCL_DESYNC_DEBUG": "TORCH_NCCL_DESYNC_DEBUG",
-}
 IB_ONLY_KEYS = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX")
 # Settings whose value names hardware that must exist on every node of the group.
 HARDWARE_KEYS = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME")
@@ -67,13 +61,20 @@ def nccl_env_merge(proposed, base, overrides, host_overrides=None):
     return dict(sorted(settings.items()))
 
 
+def nccl_env_conf_settings(settings, overrides=None, host_overrides=None):
+    """What a node's nccl.conf gets of its settings: the NCCL_* keys (NCCL reads no others there),
+    but a GID index only where the inventory sets it: a detected one is forced for the env's NCCL
+    (before 2.21) and belongs in the group's env file, which only the project's jobs source; in
+    nccl.conf every NCCL on the node, a newer one in a container too, would take it."""
+    given = nccl_env_overrides_of(overrides, host_overrides)
+    return {key: value for key, value in (settings or {}).items()
+            if key.startswith("NCCL_") and (key != "NCCL_IB_GID_INDEX" or key in given)}
+
+
 def _list_entries(value):
-    """NCCL_IB_HCA / NCCL_SOCKET_IFNAME: (exclude, exact, [names]) per NCCL's syntax."""
-    exclude = value.startswith("^")
-    value = value[1:] if exclude else value
-    exact = value.startswith("=")
-    value = value[1:] if exact else value
-    return exclude, exact, [entry.strip() for entry in value.split(",") if entry.strip()]
+    """NCCL_IB_HCA / NCCL_SOCKET_IFNAME: (exclude, exact, [names]) as NCCL splits them (spaces kept)."""
+    exclude, exact, entries = nccl_list_entries(value)
+    return exclude, exact, [prefix for prefix, _port, _rest in entries]
 
 
 def nccl_env_setting_problems(settings, where):
@@ -88,14 +89,25 @@ def _keyed_setting_problems(settings, where):
         value = _text(value)
         if not KEY_RE.match(key):
             problems.append((key, f"{where}: {key!r} is no environment variable name (use upper case, digits, '_')"))
-        if key in RENAMED:
-            problems.append((key, f"{where}: {key} is no longer read; use {RENAMED[key]}"))
         if any(char in value for char in "\n\r\0"):
             problems.append((key, f"{where}: {key} holds a line break; give a single-line value"))
     ib_disable = _text(settings.get("NCCL_IB_DISABLE", "0"))
     if ib_disable not in ("0", "1"):
         problems.append(("NCCL_IB_DISABLE",
                          f"{where}: NCCL_IB_DISABLE={ib_disable}; use 1 (sockets only) or 0 (use IB/RoCE)"))
+    for key in HARDWARE_KEYS:
+        if key not in settings:
+            continue
+        value = _text(settings[key])
+        _exclude, _exact, entries = nccl_list_entries(value)
+        for prefix, port, rest in entries:
+            if prefix != prefix.strip() or any(char.isspace() for char in port + rest):
+                problems.append((key, f"{where}: {key}={value} has a space in {prefix + (':' + port if port else '')!r}: "
+                                      "NCCL splits at ',' only and keeps it, so the entry matches nothing; write "
+                                      f"{value.replace(' ', '')}"))
+            elif (port and not port.isdigit()) or any(part and not part.isdigit() for part in rest.split(":")):
+                problems.append((key, f"{where}: {key}={value}: {prefix}:{port}{':' + rest if rest else ''} is no "
+                                      "hca:port[:rail:plane] with numbers (NCCL reads a port it cannot parse as 0)"))
     ifname = settings.get("NCCL_SOCKET_IFNAME")
     if ifname is not None:
         exclude, _exact, names = _list_entries(_text(ifname))
@@ -118,11 +130,11 @@ def _hardware_problems(node):
     problems = []
     settings, network, name = node["settings"], node.get("network") or {}, node["name"]
     if settings.get("NCCL_IB_DISABLE", "0") != "1" and "NCCL_IB_HCA" in settings:
-        exclude, exact, entries = _list_entries(settings["NCCL_IB_HCA"])
+        exclude, exact, entries = nccl_list_entries(settings["NCCL_IB_HCA"])
         active = [f"{h['name']}:{p['port']}" for h in network.get("hcas", []) for p in h["ports"] if p["active"]]
         present = [h["name"] for h in network.get("hcas", [])]
-        for entry in [] if exclude else entries:
-            hca, _, port = entry.partition(":")
+        for hca, port, _rest in [] if exclude else entries:
+            entry = f"{hca}:{port}" if port else hca
             found = [a for a in active if (a.split(":")[0] == hca if exact else a.startswith(hca))
                      and (not port or a.split(":")[1] == port)]
             if not found:
@@ -313,6 +325,7 @@ class FilterModule:
     def filters(self):
         return {
             "nccl_env_merge": nccl_env_merge,
+            "nccl_env_conf_settings": nccl_env_conf_settings,
             "nccl_env_overrides_of": nccl_env_overrides_of,
             "nccl_env_setting_problems": nccl_env_setting_problems,
             "nccl_env_group_problems": nccl_env_group_problems,
