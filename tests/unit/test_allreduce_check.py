@@ -2,6 +2,7 @@
 its input checks, and a real run under torchrun (2 CPU processes, gloo)."""
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_two_ranks_sum_correctly_and_report_each_size():
                           env={"PATH": str(torchrun.parent) + ":/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(proc.stdout.split("allreduce-result: ", 1)[1].splitlines()[0])
-    assert (result["world_size"], result["backend"]) == (2, "gloo")
+    assert (result["world_size"], result["backend"], result["nccl"]) == (2, "gloo", None)
     assert [r["size"] for r in result["results"]] == [1024, 65536]
     assert all(r["wrong"] == 0 and r["busbw"] > 0 and r["time_us"] > 0 for r in result["results"])
 
@@ -50,3 +51,39 @@ def test_a_job_given_gpus_gets_nccl_or_fails_never_gloo_unasked(requested, gpus,
     assert bool(why) == (expected is None)
     if expected is None:
         assert f"given {gpus} GPUs per node" in why and "not falling back to gloo" in why
+
+
+# NCCL 2.18's INFO lines (NCCL_DEBUG_SUBSYS=INIT,NET) on a node whose IB stack finds no device,
+# and on a DGX with its rails; the formats are NCCL's (src/init.cc, src/transport/net.cc,
+# src/transport/net_ib/init.cc, src/transport/net_socket.cc).
+SOCKET_LOG = """node110:4121:4121 [0] NCCL INFO Bootstrap : Using eth0:10.77.0.110<0>
+node110:4121:4121 [0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation
+node110:4121:4180 [0] NCCL INFO NET/IB : No device found.
+node110:4121:4180 [0] NCCL INFO NET/Socket : Using [0]eth0:10.77.0.110<0>
+node110:4121:4180 [0] NCCL INFO Using network Socket
+node110:4121:4180 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0
+""".splitlines()
+IB_LOG = """dgx1:77:77 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_3:1/IB ; OOB enp41s0f0np0:10.77.0.110<0>
+dgx1:77:77 [0] NCCL INFO Using network IB
+dgx1:77:91 [0] NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0/GDRDMA
+""".splitlines()
+
+
+def test_nccls_network_choice_is_read_from_its_log():
+    socket_run = allreduce_check.nccl_network_of(SOCKET_LOG)
+    assert socket_run == {"network": "Socket", "gdrdma": False, "lines": [
+        "NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+        "NCCL INFO NET/IB : No device found.", "NCCL INFO NET/Socket : Using [0]eth0:10.77.0.110<0>",
+        "NCCL INFO Using network Socket"]}
+    ib_run = allreduce_check.nccl_network_of(IB_LOG)
+    assert (ib_run["network"], ib_run["gdrdma"]) == ("IB", True)
+    assert allreduce_check.nccl_network_of([])["network"] == ""
+
+
+def test_the_log_goes_to_a_file_per_process_that_the_process_reads_back(tmp_path, monkeypatch):
+    settings = allreduce_check.nccl_log_settings(str(tmp_path))
+    assert settings == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
+                        "NCCL_DEBUG_FILE": f"{tmp_path}/nccl.%h.%p.log"}
+    (tmp_path / f"nccl.node110.{os.getpid()}.log").write_text("\n".join(IB_LOG))
+    (tmp_path / "nccl.node110.1.log").write_text("\n".join(SOCKET_LOG))  # another process's
+    assert allreduce_check.read_nccl_log(str(tmp_path)) == IB_LOG

@@ -12,11 +12,18 @@ line that the preflight reads from the job's log.
 
 algbw = bytes / time; busbw = algbw * 2 (n - 1) / n, the bandwidth each link carries in a
 ring all-reduce (nccl-tests' definition), so figures compare across world sizes.
+
+On nccl, NCCL logs its init and network choice (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET) to a
+file of each rank; rank 0 reports which network its NCCL used ("Using network IB" or "Socket")
+and whether its channels use GPUDirect RDMA ("via NET/IB/0/GDRDMA"), for the preflight to judge.
 """
 import argparse
+import glob
 import json
 import os
+import re
 import sys
+import tempfile
 import time
 
 import torch
@@ -59,6 +66,40 @@ def choose_backend(requested, gpus_asked, cuda_available, nccl_available):
     return ("nccl" if cuda_available else "gloo"), ""
 
 
+# NCCL's own lines (src/init.cc "Using network %s"; src/transport/net.cc "... via NET/%s/%d%s",
+# "/GDRDMA" when the NIC reads GPU memory directly; net_ib/init.cc, net_socket.cc "NET/IB : ...").
+USING_NETWORK_RE = re.compile(r"NCCL INFO Using network (.+?)\s*$")
+NET_LINE_RE = re.compile(r"NCCL INFO (NET/|Using network)")
+
+
+def nccl_log_settings(directory):
+    """The environment that makes NCCL log its network choice to one file per process."""
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
+            "NCCL_DEBUG_FILE": os.path.join(directory, "nccl.%h.%p.log")}
+
+
+def nccl_network_of(lines):
+    """{"network": what NCCL used ("IB", "Socket", a plugin's name; "" when it did not say),
+    "gdrdma": whether a channel goes through GPUDirect RDMA, "lines": its network lines}."""
+    network = ""
+    for line in lines:
+        match = USING_NETWORK_RE.search(line)
+        if match:
+            network = match.group(1)
+    net_lines = [line.strip() for line in lines if NET_LINE_RE.search(line)]
+    return {"network": network, "gdrdma": any("/GDRDMA" in line for line in lines if "via NET/" in line),
+            "lines": [line[line.index("NCCL INFO"):] for line in net_lines if "Channel" not in line][:12]}
+
+
+def read_nccl_log(directory):
+    """This process's NCCL log lines (the file NCCL_DEBUG_FILE names, %p being its pid)."""
+    lines = []
+    for path in glob.glob(os.path.join(directory, f"nccl.*.{os.getpid()}.log")):
+        with open(path, errors="replace") as handle:
+            lines += handle.read().splitlines()
+    return lines
+
+
 def main(argv=None):
     args = parse_args(argv)
     backend, why_not = choose_backend(args.backend, int(os.environ.get("SLURM_GPUS_ON_NODE") or 0),
@@ -66,6 +107,10 @@ def main(argv=None):
     if backend is None:
         print(f"allreduce_check: {why_not}", file=sys.stderr, flush=True)
         return 2
+    # Before NCCL starts: it reads its environment once. Not on gloo, which has no NCCL to log.
+    log_dir = tempfile.mkdtemp(prefix="allreduce-nccl-") if backend == "nccl" else ""
+    if log_dir:
+        os.environ.update(nccl_log_settings(log_dir))
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cpu")
@@ -104,14 +149,18 @@ def main(argv=None):
     for result, slowest, wrong in zip(results, times.tolist(), wrongs.tolist()):
         algbw, busbw = bus_bandwidth(result["size"], slowest / 1e6, world)
         result.update(time_us=round(slowest, 1), algbw=round(algbw, 4), busbw=round(busbw, 4), wrong=wrong)
+    nccl = nccl_network_of(read_nccl_log(log_dir)) if log_dir else None
     if rank == 0:
+        for line in (nccl or {}).get("lines", []):
+            print(f"# {line}", flush=True)
         print(f"# all-reduce sum float32, {world} ranks, backend {backend}, {args.iters} iterations", flush=True)
         print(f"# {'size':>12} {'count':>10} {'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}")
         for r in results:
             print(f"  {r['size']:>12} {r['count']:>10} {r['time_us']:>10.1f} {r['algbw']:>12.4f} "
                   f"{r['busbw']:>12.4f} {r['wrong']:>7}")
-        print("allreduce-result: " + json.dumps({"world_size": world, "backend": backend, "results": results}),
-              flush=True)
+        node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+        print("allreduce-result: " + json.dumps({"world_size": world, "backend": backend, "node": node,
+                                                 "nccl": nccl, "results": results}), flush=True)
     dist.destroy_process_group()
     return 1 if any(r["wrong"] for r in results) else 0
 
