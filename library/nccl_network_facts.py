@@ -881,6 +881,9 @@ def propose_site_settings(
     name, why = cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cidr)
     netdevs = {hca["name"]: hca_netdevs(hca, interfaces) for hca in hcas}
     dropped = sorted((hca for hca in netdevs if name and name in netdevs[hca]), key=natural_key)
+    # A node whose only RDMA ports carry its address too (one NIC for everything) keeps them.
+    if not any(hca not in dropped for hca, _port in usable):
+        dropped = []
     fabric, why_not, how = compute_fabric(hcas, gpus, dropped)
     rdma_ports = [(hca, port) for hca, port in fabric if port["active"]]
     held = (f"; {', '.join(dropped)} left out: {'its' if len(dropped) == 1 else 'their'} netdev holds the "

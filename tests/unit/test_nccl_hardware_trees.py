@@ -340,3 +340,11 @@ def test_an_override_prefix_matching_several_hcas_is_warned_about(value, matched
     warnings = nccl.override_warnings({"NCCL_IB_HCA": value}, hcas, [])
     assert warnings == ([f"NCCL_IB_HCA={value}: without '=' NCCL takes mlx5_1 as a prefix, which matches {matched} "
                          "here; write =mlx5_1... for exact names."] if matched else [])
+
+
+def test_a_single_roce_nic_holding_the_cluster_address_stays_the_rdma_port(capsys):
+    # One NIC for everything (roce_v1_v2: mlx5_0's netdev ens1f0 holds the node's address): no
+    # other port to prefer, so it is not left out, and its GID index is forced for an old NCCL.
+    facts = detect(capsys, "roce_v1_v2", {"ens1f0": ["10.10.0.11"]}, "10.10.0.11", nccl_version="2.18.3")
+    assert facts["proposed"] == {"NCCL_IB_DISABLE": "0", "NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "=ens1f0"}
+    assert "left out" not in facts["reasons"]["NCCL_IB_HCA"]
