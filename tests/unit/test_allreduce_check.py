@@ -87,3 +87,51 @@ def test_the_log_goes_to_a_file_per_process_that_the_process_reads_back(tmp_path
     (tmp_path / f"nccl.node110.{os.getpid()}.log").write_text("\n".join(IB_LOG))
     (tmp_path / "nccl.node110.1.log").write_text("\n".join(SOCKET_LOG))  # another process's
     assert allreduce_check.read_nccl_log(str(tmp_path)) == IB_LOG
+
+
+def test_the_nccl_sizes_are_checked_as_the_sizes_are():
+    args = allreduce_check.parse_args(["--sizes", "1024", "--nccl-sizes", "268435456,1073741824"])
+    assert (args.sizes, args.nccl_sizes) == ([1024], [268435456, 1073741824])
+    assert allreduce_check.parse_args(["--sizes", "1024"]).nccl_sizes == []
+    with pytest.raises(SystemExit):
+        allreduce_check.parse_args(["--nccl-sizes", "6"])
+
+
+def test_the_nccl_sizes_are_not_run_on_gloo():
+    torchrun = Path(sys.executable).parent / "torchrun"
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node=2", str(PROGRAM), "--sizes", "1024",
+                           "--nccl-sizes", "268435456", "--iters", "1", "--warmup", "0"], capture_output=True,
+                          text=True, timeout=180, env={"PATH": str(torchrun.parent) + ":/usr/bin:/bin",
+                                                       "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout.split("allreduce-result: ", 1)[1].splitlines()[0])
+    assert [r["size"] for r in result["results"]] == [1024]
+
+
+STANDIN_TORCH = PROGRAM.parents[3] / "tests" / "standins" / "gpu" / "python" / "sitecustomize.py"
+
+
+def test_a_gpu_job_reports_the_network_its_nccl_logged(tmp_path):
+    # The local cluster's stand-in CUDA torch (gloo underneath) with a recorded NCCL log of a
+    # socket fallback: the job given GPUs logs NCCL to a file per process, rank 0 reports it.
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").touch()
+    marker = tmp_path / "standin-gpus.json"
+    marker.write_text(json.dumps({"devices": str(tmp_path / "dev"), "driver_version": "535.104.05",
+                                  "name": "stand-in", "cuda": "12.4", "nccl": "2.21.5"}))
+    recorded = tmp_path / "standin-nccl.log"
+    recorded.write_text("\n".join(SOCKET_LOG) + "\n")
+    (tmp_path / "python").mkdir()
+    (tmp_path / "python" / "sitecustomize.py").write_text(
+        STANDIN_TORCH.read_text().replace('MARKER = "/etc/local-cluster/standin-gpus.json"', f'MARKER = "{marker}"')
+        .replace('NCCL_LOG = "/etc/local-cluster/standin-nccl.log"', f'NCCL_LOG = "{recorded}"'))
+    torchrun = Path(sys.executable).parent / "torchrun"
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node=1", str(PROGRAM), "--sizes", "1024",
+                           "--iters", "1"], capture_output=True, text=True, timeout=180,
+                          env={"PATH": str(torchrun.parent) + ":/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+                               "PYTHONPATH": str(tmp_path / "python"), "SLURM_GPUS_ON_NODE": "1",
+                               "SLURMD_NODENAME": "node110"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout.split("allreduce-result: ", 1)[1].splitlines()[0])
+    assert (result["backend"], result["node"], result["nccl"]["network"]) == ("gloo", "node110", "Socket")
+    assert "# NCCL INFO NET/IB : No device found." in proc.stdout

@@ -34,16 +34,22 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1024,65536,1048576,16777216",
                         help="message sizes in bytes, comma-separated (float32 elements: a multiple of 4)")
+    parser.add_argument("--nccl-sizes", default="",
+                        help="sizes added when the backend is nccl (bandwidth-bound ones, for a fabric), comma-separated")
     parser.add_argument("--iters", type=int, default=5, help="timed all-reduces per size")
     parser.add_argument("--warmup", type=int, default=2, help="untimed all-reduces per size first")
     parser.add_argument("--backend", choices=["auto", "nccl", "gloo"], default=os.environ.get("TRAIN_BACKEND", "auto"))
     args = parser.parse_args(argv)
-    try:
-        args.sizes = [int(size) for size in args.sizes.split(",")]
-    except ValueError:
-        parser.error(f"--sizes {args.sizes!r}: give whole numbers of bytes, comma-separated")
-    if not args.sizes or any(size < 4 or size % 4 for size in args.sizes):
-        parser.error(f"--sizes {args.sizes}: each size must be a positive multiple of 4 bytes (float32)")
+    for option in ("sizes", "nccl_sizes"):
+        text = getattr(args, option)
+        try:
+            sizes = [int(size) for size in text.split(",")] if text or option == "sizes" else []
+        except ValueError:
+            parser.error(f"--{option.replace('_', '-')} {text!r}: give whole numbers of bytes, comma-separated")
+        if (option == "sizes" and not sizes) or any(size < 4 or size % 4 for size in sizes):
+            parser.error(f"--{option.replace('_', '-')} {sizes}: each size must be a positive multiple of 4 bytes "
+                         "(float32)")
+        setattr(args, option, sizes)
     if args.iters < 1 or args.warmup < 0:
         parser.error("--iters must be at least 1 and --warmup at least 0")
     return args
@@ -107,8 +113,10 @@ def main(argv=None):
     if backend is None:
         print(f"allreduce_check: {why_not}", file=sys.stderr, flush=True)
         return 2
-    # Before NCCL starts: it reads its environment once. Not on gloo, which has no NCCL to log.
-    log_dir = tempfile.mkdtemp(prefix="allreduce-nccl-") if backend == "nccl" else ""
+    # Before NCCL starts: it reads its environment once. On a job given GPUs whatever the backend
+    # (an explicit gloo has no NCCL, and so no log, to judge).
+    gpus_asked = int(os.environ.get("SLURM_GPUS_ON_NODE") or 0)
+    log_dir = tempfile.mkdtemp(prefix="allreduce-nccl-") if backend == "nccl" or gpus_asked else ""
     if log_dir:
         os.environ.update(nccl_log_settings(log_dir))
     dist.init_process_group(backend)
@@ -118,7 +126,7 @@ def main(argv=None):
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     results = []
-    for size in args.sizes:
+    for size in sorted(set(args.sizes + (args.nccl_sizes if backend == "nccl" else []))):
         count = size // 4
         tensor = torch.empty(count, dtype=torch.float32, device=device)
         for _ in range(args.warmup):
@@ -149,7 +157,8 @@ def main(argv=None):
     for result, slowest, wrong in zip(results, times.tolist(), wrongs.tolist()):
         algbw, busbw = bus_bandwidth(result["size"], slowest / 1e6, world)
         result.update(time_us=round(slowest, 1), algbw=round(algbw, 4), busbw=round(busbw, 4), wrong=wrong)
-    nccl = nccl_network_of(read_nccl_log(log_dir)) if log_dir else None
+    log_lines = read_nccl_log(log_dir) if log_dir else []
+    nccl = nccl_network_of(log_lines) if log_lines else None
     if rank == 0:
         for line in (nccl or {}).get("lines", []):
             print(f"# {line}", flush=True)

@@ -134,7 +134,8 @@ def preflight_allreduce_problems(result, found, context):
     records = _by_node(found)
     node = result.get("node") or "rank 0"
     nccl = result.get("nccl")
-    if int(context.get("gpus_per_node") or 0) and result.get("backend") == "nccl" and nccl is not None:
+    # Whatever the backend says: where NCCL logged, its log tells the network it used.
+    if int(context.get("gpus_per_node") or 0) and nccl is not None:
         record = records.get(node) or {}
         job = record.get("job") or {}
         network = record.get("network") or {}
