@@ -313,3 +313,20 @@ def test_the_bus_bandwidth_floor_is_held_against_the_large_sizes_in_gbps(floor, 
         assert problems == [f"the all-reduce's bus bandwidth, 160.0 Gb/s at 268435456 bytes (16 ranks, nccl), is "
                             f"below the group's floor of {float(floor):g} Gb/s (slurm_launch_preflight_min_busbw_gbps): "
                             "a slow or wrong network path"]
+
+
+def test_a_conf_naming_a_missing_hca_under_an_env_file_that_disables_ib_names_its_node_alone():
+    # The local cluster's case: the group's env file says NCCL_IB_DISABLE=1, so a job reads no
+    # HCA; node111's hand-edited nccl.conf enables IB and names mlx5_0:1, which it lacks.
+    env_file = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0"}
+    written = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0"}
+    edited = {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "=eth0"}
+    found = [record("node110", conf=written, job={**written, **env_file}),
+             record("node111", conf=edited, job={**edited, **env_file})]
+    problems = preflight.preflight_problems(found, ["node110", "node111"], {**CONTEXT, "node_groups": ["g", "g"]})
+    assert problems[0] == ("node111: NCCL_IB_HCA names mlx5_0:1, which node111 does not have as an active port "
+                           "(active: none; HCAs: none) (in /etc/nccl.conf; provision.yml writes it anew)")
+    # As a job reads it, NCCL_IB_HCA differs the same way: said once.
+    assert len(problems) == 3, problems
+    assert all("node111 is the odd one" in problem for problem in problems[1:]), problems
+    assert not any("every side" in problem or "check node110" in problem for problem in problems), problems

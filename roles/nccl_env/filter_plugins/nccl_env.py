@@ -182,12 +182,26 @@ def _suspects(members, key, overrides, host_overrides, own_failures):
     return found
 
 
-def nccl_env_group_outliers(names, node_groups, settings, networks, overrides=None, host_overrides=None):
+def nccl_env_own_failures(names, settings, networks):
+    """{node: {key: problem}}: each node's own failed checks of its settings (what NCCL would
+    misread, hardware it lacks), the evidence that makes it the odd one in its group."""
+    found = {}
+    for name, node_settings, network in zip(names, settings, networks):
+        node = {"name": name, "settings": node_settings, "network": network}
+        for key, problem in _keyed_setting_problems(node_settings, name) + _hardware_problems(node):
+            found.setdefault(name, {}).setdefault(key, problem)
+    return found
+
+
+def nccl_env_group_outliers(names, node_groups, settings, networks, overrides=None, host_overrides=None,
+                            known_failures=None):
     """{node: [problems]} for every node whose settings cannot be written: it names hardware it
     lacks, or it disagrees with its group (whose env file holds one value per setting). Of nodes
-    that disagree, the odd one is the one whose own check says so (a fault, a host override);
-    else the minority; on a tie every side is named, as nothing tells which is right.
-    overrides and host_overrides: each node's nccl_env_overrides and nccl_env_host_overrides."""
+    that disagree, the odd one is the one whose own check says so (a failed check of that key, a
+    fault, a host override); else the minority; on a tie every side is named, as nothing tells
+    which is right. overrides and host_overrides: each node's nccl_env_overrides and
+    nccl_env_host_overrides; known_failures: own failures found elsewhere ({node: {key: problem}},
+    such as its nccl.conf's where these are the settings a job reads), evidence only."""
     overrides = dict(zip(names, overrides)) if overrides is not None else {}
     host_overrides = dict(zip(names, host_overrides)) if host_overrides is not None else {}
     nodes = [{"name": n, "group": g, "settings": s, "network": net}
@@ -199,11 +213,13 @@ def nccl_env_group_outliers(names, node_groups, settings, networks, overrides=No
         if problem not in outliers[node]:
             outliers[node].append(problem)
 
-    own_failures = {}
+    own_failures = nccl_env_own_failures(names, settings, networks)
     for node in nodes:
-        for key, problem in _keyed_setting_problems(node["settings"], node["name"]) + _hardware_problems(node):
+        for _key, problem in _keyed_setting_problems(node["settings"], node["name"]) + _hardware_problems(node):
             name(node["name"], problem)
-            own_failures.setdefault(node["name"], {}).setdefault(key, problem)
+    for node, failed in (known_failures or {}).items():
+        for key, problem in failed.items():
+            own_failures.setdefault(node, {}).setdefault(key, problem)
     by_group = {}
     for node in nodes:
         by_group.setdefault(node["group"], []).append(node)
@@ -234,11 +250,12 @@ def nccl_env_group_outliers(names, node_groups, settings, networks, overrides=No
     return outliers
 
 
-def nccl_env_group_problems(names, node_groups, settings, networks, overrides=None, host_overrides=None):
+def nccl_env_group_problems(names, node_groups, settings, networks, overrides=None, host_overrides=None,
+                            known_failures=None):
     """Every reason the nodes' settings cannot be written (nccl_env_group_outliers), as one list."""
     problems = []
     for found in nccl_env_group_outliers(names, node_groups, settings, networks, overrides,
-                                         host_overrides).values():
+                                         host_overrides, known_failures).values():
         problems.extend(problem for problem in found if problem not in problems)
     return problems
 
@@ -308,6 +325,10 @@ def nccl_env_check_problems(names, node_groups, conf_settings, job_settings, net
     missing = [name for name, conf in zip(names, conf_settings) if conf is None]
     problems += [f"{name}: {conf_path} is missing (NCCL reads it on every node); run provision.yml" for name in missing]
     present = [i for i, conf in enumerate(conf_settings) if conf is not None]
+    # A node whose nccl.conf fails its own check is the odd one in what a job reads too, where the
+    # group's env file hides the failing value.
+    conf_failures = nccl_env_own_failures([names[i] for i in present], [conf_settings[i] for i in present],
+                                          [networks[i] for i in present])
     seen = set()
     for where, settings, indexes in (
             (f"in {conf_path}; provision.yml writes it anew", conf_settings, present),
@@ -315,7 +336,7 @@ def nccl_env_check_problems(names, node_groups, conf_settings, job_settings, net
         found = nccl_env_group_problems([names[i] for i in indexes], [node_groups[i] for i in indexes],
                                         [settings[i] for i in indexes], [networks[i] for i in indexes],
                                         [(overrides or [{}] * len(names))[i] for i in indexes],
-                                        [(host_overrides or [{}] * len(names))[i] for i in indexes])
+                                        [(host_overrides or [{}] * len(names))[i] for i in indexes], conf_failures)
         problems += [f"{problem} ({where})" for problem in found if problem not in seen]
         seen.update(found)
     return problems
