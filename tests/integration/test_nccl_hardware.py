@@ -3,11 +3,14 @@
 single-root cascade server, each in a node group of its own, and an Azure NDv5 VM whose image
 ships an /etc/nccl.conf. Each node's nccl.conf is what an admin of that machine writes by hand;
 a second run changes nothing. Local connections (the role only reads the tree and writes files),
-as test_provision.py's nccl_env cases run, so the shared local cluster is left alone."""
+as test_provision.py's nccl_env cases run; then provision.yml on the local cluster's two nodes
+given the BasePOD and the cascade trees."""
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from cluster import REPO, play_recap
@@ -83,3 +86,33 @@ def test_each_machine_gets_what_its_admin_would_write_and_a_second_run_changes_n
     counts = play_recap(second.stdout)
     assert all(counts[node]["changed"] == 0 for node in NODES), second.stdout[-4000:]
     assert settings_lines((tmp_path / "az1.nccl.conf").read_text()) == EXPECTED["az1"]
+
+
+def test_provision_on_the_local_cluster_with_a_basepod_node_and_a_cascade_node(cluster, tmp_path):
+    # node110 given the DGX H100 BasePOD tree, node111 the cascade tree, both in gpu_A6000: each
+    # node's proposal is the one its admin writes, and as they share one node group (one env file)
+    # and no node's own check tells which is right, both are named and neither is written.
+    shared = Path(tempfile.mkdtemp(prefix="test-nccl-hardware-", dir=cluster.nas))
+    try:
+        shared.chmod(0o755)
+        inventory = shared / "inventory"
+        shutil.copytree(cluster.inventory, inventory)
+        (inventory / "host_vars").mkdir(exist_ok=True)
+        for node, tree, addresses in (("node110", "dgx_h100_basepod", {"bond0": ["10.77.0.110"]}),
+                                      ("node111", "cascade_8gpu", {"eno1": ["10.77.0.111"]})):
+            shutil.copytree(SYSFS / tree, shared / tree, symlinks=True)
+            (inventory / "host_vars" / f"{node}.yml").write_text(json.dumps({
+                "nccl_env_sysfs_root": str(shared / tree), "nccl_env_ipv4_addresses": addresses}))
+        before = {node: cluster.ssh(node, "cat /etc/nccl.conf").stdout for node in ("node110", "node111")}
+        proc = subprocess.run(["ansible-playbook", "-i", str(inventory), "provision.yml", "--limit", "compute"],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
+        after = {node: cluster.ssh(node, "cat /etc/nccl.conf").stdout for node in ("node110", "node111")}
+    finally:
+        shutil.rmtree(shared)
+    assert proc.returncode != 0
+    said = " ".join(proc.stdout.split())
+    assert ("group gpu_A6000: NCCL_IB_HCA differs between its nodes (node110==mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,"
+            "mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1, node111==mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1)") in said, said[-4000:]
+    assert ("group gpu_A6000: NCCL_SOCKET_IFNAME differs between its nodes (node110==bond0, node111==eno1)") in said
+    assert "Leaving node110 out of this run" in said and "Leaving node111 out of this run" in said
+    assert after == before, "a node left out keeps its nccl.conf"
