@@ -134,3 +134,11 @@ def test_the_keys_provision_kept_in_nccl_conf_are_reported(node_check, tmp_path,
                     f"{node_check.nccl_network_facts.KEPT_MARKER}\nNCCL_TOPO_FILE=/opt/microsoft/ndv5/topo.xml\n")
     found = node_check.detect_network(config("dgx_h100", nccl_conf=str(conf)), "dgx1")
     assert found["kept"] == {"NCCL_TOPO_FILE": "/opt/microsoft/ndv5/topo.xml"}
+
+
+def test_the_nccl_version_torch_reports_decides_the_gid_index_as_in_provision(node_check, monkeypatch):
+    # hgx_roce_bond's RoCE rails: a forced GID index for NCCL 2.18 only.
+    monkeypatch.setattr(node_check, "ipv4_addresses", lambda: {"eno1": ["10.77.0.120"]})
+    settings = config("hgx_roce_bond", nccl_version="", cluster_addresses={"dgx1": "10.77.0.120"})
+    assert node_check.detect_network(settings, "dgx1", "2.21.5")["proposed"].get("NCCL_IB_GID_INDEX") is None
+    assert node_check.detect_network(settings, "dgx1", "2.18.3")["proposed"]["NCCL_IB_GID_INDEX"] == "3"

@@ -330,3 +330,11 @@ def test_a_conf_naming_a_missing_hca_under_an_env_file_that_disables_ib_names_it
     assert len(problems) == 3, problems
     assert all("node111 is the odd one" in problem for problem in problems[1:]), problems
     assert not any("every side" in problem or "check node110" in problem for problem in problems), problems
+
+
+def test_a_users_nccl_conf_is_shown_in_the_nodes_row():
+    found = [record("n1", user_conf={"path": "/home/alice/.nccl.conf", "settings": {"NCCL_IB_HCA": "=mlx5_9:1"}}),
+             record("n2")]
+    rows = {row["node"]: row["checks"] for row in preflight.preflight_rows(found, ["n1", "n2"])}
+    assert "; /home/alice/.nccl.conf sets NCCL_IB_HCA; reaches" in rows["n1"]
+    assert ".nccl.conf" not in rows["n2"]

@@ -116,6 +116,10 @@ def preflight_rows(found, nodes):
         setting = record.get("socket_ifname")
         parts.append(f"sockets {record.get('interface') or '(NCCL chooses)'} {record.get('address')}"
                      + (f" (NCCL_SOCKET_IFNAME={setting})" if setting else ""))
+        user_conf = record.get("user_conf")
+        if user_conf:
+            # NCCL reads it over /etc/nccl.conf: a setting there is the job's, not the group's.
+            parts.append(f"{user_conf['path']} sets {', '.join(sorted(user_conf.get('settings') or {})) or 'nothing'}")
         parts.append(f"reaches {sum(1 for error in reach.values() if not error)} of {len(nodes) - 1} nodes")
         rows.append({"node": node, "checks": "; ".join(parts)})
     return rows

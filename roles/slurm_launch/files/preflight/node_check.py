@@ -126,7 +126,7 @@ def env_prefix(config):
     return os.path.join(config["conda_root"], "envs", config["conda_env"]) if config["conda_env"] else ""
 
 
-def detect_network(config, node):
+def detect_network(config, node, torch_nccl=""):
     """What provision.yml's nccl_env role detects on this node (nccl_network_facts' site
     proposal, from the same inputs: the node's cluster address, the cluster network, NCCL's
     version), in the shape of its `nccl_network` facts, so both judge a node alike."""
@@ -141,8 +141,9 @@ def detect_network(config, node):
     except ValueError as error:
         cluster_address = None
         warnings.append(str(error))
-    nccl_version = (config.get("nccl_version") or nccl_network_facts.nccl_version_from_env(env_prefix(config))
-                    or None)
+    # As provision asks the env's torch (torch_nccl: gpu_check's answer on a GPU job), then its files.
+    nccl_version = (config.get("nccl_version") or torch_nccl
+                    or nccl_network_facts.nccl_version_from_env(env_prefix(config)) or None)
     hcas = nccl_network_facts.read_hcas(config["sysfs_root"])
     gpus = nccl_network_facts.read_gpus(config["sysfs_root"])
     interfaces = nccl_network_facts.read_interfaces(config["sysfs_root"], addresses or {})
@@ -213,7 +214,7 @@ def main():
     user_conf = read_settings(user_path) if user_path else None
     found["user_conf"] = {"path": user_path, "settings": user_conf} if user_conf is not None else None
     found["job"] = job_settings(conf, user_conf, env_file)
-    found["network"] = detect_network(config, node)
+    found["network"] = detect_network(config, node, (found["gpu"] or {}).get("nccl") or "")
     interface, address = nccl_env.nccl_env_socket_interface(found["job"], found["network"])
     # The interface as `ip addr` names it, and the setting as nccl.conf spells it (=eth0).
     found["interface"] = interface or ""
