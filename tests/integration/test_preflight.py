@@ -112,13 +112,16 @@ def test_a_hand_edited_nccl_conf_naming_a_missing_hca_names_that_node_alone(clus
     assert proc.returncode != 0, proc.stdout[-3000:]
     summary = (tmp_path / "preflight-gpu_A6000.txt").read_text()
     problems = [line.split(None, 1)[1] for line in summary.splitlines() if line.startswith("problem")]
-    assert problems == [
-        "node111: NCCL_IB_HCA names mlx5_0:1, which node111 does not have as an active port (active: none; HCAs: "
-        "none) (in /etc/nccl.conf; provision.yml writes it anew)",
-        "group gpu_A6000: NCCL_IB_DISABLE differs between its nodes (node110=1, node111=0); node111 is the odd one: "
-        "its own check failed on NCCL_IB_HCA (in /etc/nccl.conf; provision.yml writes it anew)",
-        "group gpu_A6000: NCCL_IB_HCA differs between its nodes (node110=(unset), node111==mlx5_0:1); node111 is the "
-        "odd one: its own check of NCCL_IB_HCA failed, above (in /etc/nccl.conf; provision.yml writes it anew)"], summary
+    assert len(problems) == 3, summary
+    assert problems[0] == ("node111: NCCL_IB_HCA names mlx5_0:1, which node111 does not have as an active port "
+                           "(active: none; HCAs: none) (in /etc/nccl.conf; provision.yml writes it anew)"), summary
+    # The nodes are listed in the order Slurm gave them.
+    pairs = {"NCCL_IB_DISABLE": ("node110=1", "node111=0", "its own check failed on NCCL_IB_HCA"),
+             "NCCL_IB_HCA": ("node110=(unset)", "node111==mlx5_0:1", "its own check of NCCL_IB_HCA failed, above")}
+    for problem, (key, (healthy, edited, why)) in zip(problems[1:], pairs.items()):
+        listing = re.search(rf"^group gpu_A6000: {key} differs between its nodes \((.*?)\); (.*)$", problem)
+        assert listing and sorted(listing.group(1).split(", ")) == [healthy, edited], problem
+        assert listing.group(2) == f"node111 is the odd one: {why} (in /etc/nccl.conf; provision.yml writes it anew)"
     assert "every side" not in proc.stdout and "node110 is the odd one" not in proc.stdout
 
 
