@@ -380,7 +380,7 @@ def test_nccl_env_leaves_out_the_node_whose_own_rail_is_down_and_provisions_the_
     ({"NCCL_SOCKET_IFNAME": "ens1f1"}, "r2: NCCL_SOCKET_IFNAME names ens1f1, which r2 does not have up"),
     ({"NCCL_IB_HCA": "mlx5_1:1"}, "r2: NCCL_IB_HCA names mlx5_1:1, which r2 does not have as an active port"),
     ({"NCCL_SOCKET_IFNAME": "lo,ens1f0"}, "includes the loopback interface lo"),
-    ({"NCCL_MIN_NRINGS": 4}, "NCCL_MIN_NRINGS is no longer read; use NCCL_MIN_NCHANNELS"),
+    ({"NCCL_IB_HCA": "=mlx5_0:1, mlx5_1:1"}, "has a space in ' mlx5_1:1': NCCL splits at ',' only"),
 ])
 def test_nccl_env_refuses_inventory_settings_a_node_cannot_honour(tmp_path, overrides, message):
     group_vars = f"          vars:\n            nccl_env_overrides: {json.dumps(overrides)}\n"
