@@ -206,7 +206,7 @@ options:
         playbook's output as it happens, and at once on each change of state (PENDING with its
         reason, RUNNING on which nodes, requeued, final), with up to 5 new lines of the job's
         log. V(0) shows nothing until the task ends.
-      - Done by the project's C(slurm_job) action plugin (C(roles/slurm_launch/action_plugins)),
+      - Done by the project's C(slurm_job) action plugin (C(plugins/action/slurm_job.py)),
         which follows the job in slices; Slurm is not asked more often for it.
     type: int
     default: 30

@@ -1,4 +1,4 @@
-"""Filters for the rules the roles share (module_utils/cluster_rules.py, the same Python the
+"""Filters for the rules the roles share (plugins/module_utils/cluster_rules.py, the same Python the
 modules import): safe paths, node groups and partitions, the NCCL env file of a node group."""
 
 from ansible.errors import AnsibleFilterError

@@ -1,7 +1,7 @@
 """A job's nodes checked against the inventory and the request (node_inventory_plan: the launch,
 on the controller, with no Slurm query), and against Slurm as well (node_plan: the preflight,
 from a slurm_nodes result), in one pass over the nodes. What Slurm's view of the nodes means is
-module_utils/slurm.py's (check_job_nodes, node_condition), which the launch's staging module run
+plugins/module_utils/slurm.py's (check_job_nodes, node_condition), which the launch's staging module run
 applies to its own sinfo."""
 
 from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
@@ -83,7 +83,7 @@ def node_inventory_plan(nodes, hostvars, groups, request):
 
 def node_plan(nodes_info, hostvars, groups, request):
     """The job's nodes (slurm_nodes' result) checked against the inventory and the request
-    (node_inventory_plan's, and the partition given), then against Slurm (module_utils/slurm.py's
+    (node_inventory_plan's, and the partition given), then against Slurm (plugins/module_utils/slurm.py's
     check_job_nodes, which the launch's staging module run applies to its own sinfo): the
     preflight's plan in one pass. Returns node_group, partition, num_nodes, node_gpus, node_cpus,
     unusable, notes and ``problem``: the first failed check's message ('' when none did)."""

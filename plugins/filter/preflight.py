@@ -11,7 +11,7 @@ from ansible_collections.hpc.slurm_train.roles.slurm_launch.files import gpu_che
 _facts = _nccl_env._facts
 
 
-# The node-group rule of module_utils/cluster_rules.py, the one provision.yml's nccl_env role names
+# The node-group rule of plugins/module_utils/cluster_rules.py, the one provision.yml's nccl_env role names
 # its env files by.
 from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
 

@@ -55,7 +55,7 @@ def train_job(request):
     if job["venv"]:  # a virtualenv replaces the conda env
         job["conda_root"] = job["conda_env"] = ""
     # What provision.yml's nccl_env role writes for the job's node group (not its partition,
-    # which may be named otherwise): the one rule of module_utils/cluster_rules.py.
+    # which may be named otherwise): the one rule of plugins/module_utils/cluster_rules.py.
     nccl_env_dir, node_group = job.pop("nccl_env_dir"), job.pop("node_group")
     try:
         job["nccl_env_file"] = _rules.nccl_env_file(nccl_env_dir, node_group)

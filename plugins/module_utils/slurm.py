@@ -1,6 +1,6 @@
 """Slurm client helpers shared by this project's Ansible modules.
 
-Shipped to the managed hosts as ``ansible.module_utils.slurm``, so it uses the
+Shipped to the managed hosts inside the modules that import it, so it uses the
 standard library only and never imports Ansible.  Everything here is a pure
 function of the text Slurm prints (or of its arguments), which keeps it
 testable with recorded command output: 22.05's recorded on the local cluster,

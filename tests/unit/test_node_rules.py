@@ -1,4 +1,4 @@
-"""module_utils/slurm.py's node rules (which nodes a launch refuses, the inventory's counts against
+"""plugins/module_utils/slurm.py's node rules (which nodes a launch refuses, the inventory's counts against
 Slurm's), from sinfo's answers as recorded (fixtures/slurm/sinfo_nodes_*.txt) and as slurm_nodes
 parses them."""
 

@@ -1,4 +1,4 @@
-"""The parsers of module_utils/slurm.py and slurm_job's collection against what each Slurm
+"""The parsers of plugins/module_utils/slurm.py and slurm_job's collection against what each Slurm
 release from 22.05 to 25.11 prints: fixtures/slurm/<version>/, derived from SchedMD's sources
 at each release's tag (the README's table names the source line of each file)."""
 
