@@ -230,6 +230,14 @@ options:
       - C(SLURM_CLUSTERS) and C(SBATCH_CLUSTERS) are refused, as C(--clusters) is in O(sbatch_args).
     type: dict
     default: {}
+  secret_env:
+    description:
+      - Names of variables whose values the script sets (C(export NAME=VALUE), the value quoted as
+        a shell quotes it) and that may be secrets. Their values are left out of the fingerprint,
+        which the job's comment shows to every user.
+    type: list
+    elements: str
+    default: []
   run_records:
     description:
       - The jobs directory (C(<jobs>/<user>/<job name>/runs/<run id>/), as the project's C(job_dir)
@@ -353,6 +361,14 @@ collected_files:
   returned: always (null unless the job is final and O(collect_files) is set)
   type: dict
   sample: {"/starmap/nas/jobs/alice/train/runs/1/train-1234.out": "W3JhbmswXSB0cmFpbmluZyBjb21wbGV0ZQo="}
+private:
+  description:
+    - With O(collect_files), whether one of the job's files read is for its user alone (no read
+      for group or others, as the 0600 script of a job with secrets, or its log made with umask
+      077). Whoever follows, cancels or collects the job later keeps what is collected private then.
+  returned: always
+  type: bool
+  sample: true
 node_states:
   description:
     - After a node failure (RV(outcome) C(node_failure)), the job's nodes as C(sinfo) shows them
@@ -619,6 +635,7 @@ import itertools
 import json
 import os
 import pwd
+import re
 import stat
 import tempfile
 import time
@@ -680,6 +697,7 @@ ARGUMENT_SPEC = {
     "progress_log_lines": {"type": "int", "default": 5},
     "progress_from": {"type": "dict"},
     "private_output": {"type": "bool", "default": False},
+    "secret_env": {"type": "list", "elements": "str", "default": []},
     "run_records": {"type": "path"},
     "collect_files": {"type": "bool", "default": False},
     "nodes": {"type": "dict", "options": {
@@ -753,8 +771,15 @@ def change_key(job):
     return job["state"], job["restarts"], job.get("tasks_done")
 
 
-def job_fingerprint(job_name, script_content):
-    """What makes two submissions the same job: its name and the exact script."""
+def job_fingerprint(job_name, script_content, secret_env=()):
+    """What makes two submissions the same job: its name and the exact script, less the values of
+    the variables named in ``secret_env`` (the script's ``export NAME=<quoted value>`` lines): the
+    fingerprint is in the job's comment, which every user sees, and a hash of a short token is a
+    guess checked offline."""
+    for name in secret_env:
+        script_content = re.sub(
+            rb"^export " + re.escape(name.encode("utf-8")) + rb"=(?:'(?:[^']|'\"'\"')*'|[^\s']*)$",
+            b"export " + name.encode("utf-8") + b"=<secret>", script_content, flags=re.MULTILINE)
     return hashlib.sha256(job_name.encode("utf-8") + script_content).hexdigest()[:16]
 
 
@@ -1067,7 +1092,7 @@ class SlurmJobRunner:
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
             nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
-            staged=None, end_marker=self.params["end_marker"], collected_files=None, node_states=None, nodes_checked=None,
+            staged=None, end_marker=self.params["end_marker"], collected_files=None, private=False, node_states=None, nodes_checked=None,
         )
 
     def finish(self, msg=None):
@@ -1104,6 +1129,10 @@ class SlurmJobRunner:
                 continue  # not there (a point that never started): the controller says so
             with os.fdopen(handle, "rb") as opened:
                 info = os.fstat(opened.fileno())
+                if stat.S_ISREG(info.st_mode) and not info.st_mode & 0o044:
+                    # The job's privacy, as its launch made it (a 0600 script, a log made with umask
+                    # 077): whoever follows or cancels it later keeps its outputs private too.
+                    result["private"] = True
                 if not stat.S_ISREG(info.st_mode) or info.st_size > budget:
                     continue
                 data = opened.read(budget + 1)
@@ -1359,7 +1388,7 @@ class SlurmJobRunner:
                 content = handle.read()
         except OSError as error:
             self.finish(f"cannot read script {params['script']}: {error.strerror}")
-        comment = "fingerprint:" + job_fingerprint(params["job_name"], content)
+        comment = "fingerprint:" + job_fingerprint(params["job_name"], content, params["secret_env"])
         find_copy = None if params["force"] else (lambda: self.slurm.find_active_copy(params["job_name"], comment))
         copy = find_copy() if find_copy and not self.run_taken_afresh() else None
         if copy is not None:

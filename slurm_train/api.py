@@ -67,6 +67,12 @@ class JobResult:
 def _common(extravars, user):
     """The -e values without the ones left unset, and the user to run as (-e ansible_user=NAME)."""
     values = {key: value for key, value in extravars.items() if value is not None}
+    connection = sorted(key for key in values if key.startswith("ansible_"))
+    if connection:
+        # Ansible's own variables (connection, interpreter, become) are not a launch's to take from a
+        # caller: a service that wraps this API would hand its users the controller.
+        raise ValueError(f"{', '.join(connection)}: the API takes the launch's own keys only, not Ansible's "
+                         "variables (run as another user with user=NAME; connection settings belong in the inventory)")
     if user is not None:
         values["ansible_user"] = user
     return values

@@ -149,7 +149,9 @@ def _read(path):
 
 
 def _prepare_dir(path, mode, check):
-    """The folder exists, is a directory (not a link) with this mode; True if that changed it."""
+    """The folder exists and is a directory (not a link) with at most this mode: one there already
+    is never widened (a private job's folder stays private whoever collects it later). True if that
+    changed it."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -160,24 +162,25 @@ def _prepare_dir(path, mode, check):
     if not stat.S_ISDIR(info.st_mode):
         raise AnsibleError(f"the outputs folder {path} is not a directory (a link or a file is there): "
                            "move it away or set slurm_launch_outputs_dir")
-    if stat.S_IMODE(info.st_mode) != mode:
+    narrowed = stat.S_IMODE(info.st_mode) & mode
+    if stat.S_IMODE(info.st_mode) != narrowed:
         if not check:
-            os.chmod(path, mode)
+            os.chmod(path, narrowed)
         return True
     return False
 
 
-def _put(folder, name, data, check):
+def _put(folder, name, data, check, mode=0o644):
     """Write data as folder/name through a temporary file and a rename; True if it changed."""
     path = os.path.join(folder, name)
-    if _read(path) == data:
+    if _read(path) == data and stat.S_IMODE(os.lstat(path).st_mode) == mode:
         return False
     if not check:
         handle, scratch = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
         try:
             with os.fdopen(handle, "wb") as out:
                 out.write(data)
-            os.chmod(scratch, 0o644)
+            os.chmod(scratch, mode)
             os.replace(scratch, path)
         except BaseException:
             os.unlink(scratch)
@@ -185,14 +188,14 @@ def _put(folder, name, data, check):
     return True
 
 
-def _fetch(action, src, folder, check, task_vars):
+def _fetch(action, src, folder, check, task_vars, mode=0o644):
     """Bring src of the submit host in as folder/<its name> over the connection: True if that
     changed it, None when src cannot be read there. A log can be large: it goes to a file."""
     name = os.path.basename(src)
     if getattr(action._connection, "become", None):
         # A raw transfer would read as the login user, not the become user: ask a module.
         slurped = action._execute_module("ansible.legacy.slurp", module_args={"src": src}, task_vars=task_vars)
-        return None if slurped.get("failed") else _put(folder, name, base64.b64decode(slurped["content"]), check)
+        return None if slurped.get("failed") else _put(folder, name, base64.b64decode(slurped["content"]), check, mode)
     # Beside its place, so that the rename is within one filesystem; 0600 until then, as the log
     # may carry secrets. In check mode, where the folder may not exist yet, elsewhere.
     handle, scratch = tempfile.mkstemp(dir=None if check else folder, prefix=f".{name}.")
@@ -206,7 +209,7 @@ def _fetch(action, src, folder, check, task_vars):
         if os.path.isfile(path) and filecmp.cmp(scratch, path, shallow=False):
             return False
         if not check:
-            os.chmod(scratch, 0o644)
+            os.chmod(scratch, mode)
             os.replace(scratch, path)
         return True
     finally:
@@ -222,13 +225,16 @@ def collect(action, job, options, staged, task_vars, display=None):
     outputs = outputs_folder(options["outputs_dir"], job)
     returned = job.get("collected_files") or {}
     record, lines, sweep = report(job, staged, options.get("points") or [], outputs)
-    changed = _prepare_dir(outputs, 0o700 if options.get("private") else 0o755, check)
+    # Private as the launch asked, or as the job's own files say (a job followed or cancelled by id).
+    private = bool(options.get("private") or job.get("private"))
+    changed = _prepare_dir(outputs, 0o700 if private else 0o755, check)
+    mode = 0o600 if private else 0o644
     fetched, missing = [], []
     for src in _rules.collected_paths(job, options["jobs_dir"]):
         if src in returned:
-            done = _put(outputs, os.path.basename(src), base64.b64decode(returned[src]), check)
+            done = _put(outputs, os.path.basename(src), base64.b64decode(returned[src]), check, mode)
         else:
-            done = _fetch(action, src, outputs, check, task_vars)
+            done = _fetch(action, src, outputs, check, task_vars, mode)
         if done is None:
             missing.append(src)
             continue
@@ -237,7 +243,7 @@ def collect(action, job, options, staged, task_vars, display=None):
     files = {"job.json": json.dumps(record, indent=4, sort_keys=True, separators=(",", ": ")) + "\n",
              "summary.txt": "\n".join(lines) + "\n"}
     for name, text in files.items():
-        changed |= _put(outputs, name, text.encode("utf-8"), check)
+        changed |= _put(outputs, name, text.encode("utf-8"), check, mode)
     if display is not None:
         for line in lines:
             display.display(line)

@@ -1,0 +1,130 @@
+"""A launch on a shared site: what a request may put into the job script, and what of it others see."""
+
+import importlib.util
+import shlex
+from pathlib import Path
+
+import pytest
+import slurm_job
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(f"_test_shared_site_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+train_job = _load("train_job", REPO / "roles" / "cluster" / "filter_plugins" / "train_job.py")
+
+
+@pytest.mark.parametrize("name", ["BASH_ENV", "ENV", "IFS", "PATH", "SLURM_RESTART_COUNT", "SLURM_JOB_ID",
+                                  "SRUN_CPUS_PER_TASK", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH",
+                                  "PYTHONSTARTUP"])
+def test_env_names_that_steer_the_shell_slurm_or_python_are_refused_by_name(name):
+    problems = train_job.value_problems({"env": {name: "x", "NCCL_DEBUG": "INFO"}})
+    assert len(problems) == 1
+    assert problems[0].startswith(f"env name={name!r} is not allowed: it steers the job's shell, Slurm")
+
+
+def test_a_carriage_return_in_an_env_value_is_refused_without_repeating_the_value():
+    problems = train_job.value_problems({"env": {"HF_TOKEN": "hf_abc\r\nrm -rf ~"}})
+    assert problems == ["env HF_TOKEN: its value holds a carriage return (\\r), which sbatch refuses in a job "
+                        "script: give it without one"]
+    assert "hf_abc" not in problems[0]
+    assert train_job.value_problems({"script_args": ["--x\r\n"]})[0].startswith("script_args='--x\\r\\n'")
+    # A newline alone is carried: the value is quoted.
+    assert train_job.value_problems({"env": {"NOTE": "a\nb"}}) == []
+
+
+@pytest.mark.parametrize("value", ["hf_secret", "a b'c\"$(id)", "multi\nline'", ""])
+def test_the_fingerprint_leaves_secret_values_out(value):
+    def script(token):
+        return f"#!/bin/bash\nexport A=1\nexport HF_TOKEN={shlex.quote(token)}\nsrun train.py\n".encode()
+
+    assert (slurm_job.job_fingerprint("t", script(value), ["HF_TOKEN"])
+            == slurm_job.job_fingerprint("t", script("other-token"), ["HF_TOKEN"]))
+    # Without the name, the value counts (and the rest of the script always does).
+    assert slurm_job.job_fingerprint("t", script(value)) != slurm_job.job_fingerprint("t", script("other-token"))
+    assert (slurm_job.job_fingerprint("t", script(value), ["HF_TOKEN"])
+            != slurm_job.job_fingerprint("t", script(value).replace(b"A=1", b"A=2"), ["HF_TOKEN"]))
+
+
+# The launch's request check (slurm_launch_request) run as a task with -e values as typed.
+from test_slurm_launch_request_action import request, run, script  # noqa: E402,F401  (script: a fixture)
+
+
+def _script_text(result):
+    return next(one["content"] for one in result["job_files"] if one["name"].endswith(".sbatch"))
+
+
+def test_values_given_with_e_reach_the_job_script_as_typed_not_templated(script):
+    """-e '{"slurm_launch_env": {"NOTE": "a{#c#}b"}}': Ansible templates -e values (the request
+    arrives as "ab"); the job gets the text typed."""
+    typed = {"NOTE": "a{#c#}b{{ 1 + 1 }}{% if 1 %}x{% endif %}"}
+    templated = {"NOTE": "ab2x"}
+    result = run(request(script, env=templated, script_args=["--tag", "t"]),
+                 extra_vars=('{"slurm_launch_env": {"NOTE": "a{#c#}b{{ 1 + 1 }}{% if 1 %}x{% endif %}"}, '
+                             '"script_args": ["--tag", "t{#x#}"], "nodes": "node[110-111]"}',),
+                 role_vars={"slurm_launch_script_args": "{{ script_args | default([]) }}"})
+    assert not result.get("failed"), result.get("msg")
+    assert result["job"]["env"] == typed
+    assert result["job"]["script_args"] == ["--tag", "t{#x#}"]
+    text = _script_text(result)
+    assert "export NOTE='a{#c#}b{{ 1 + 1 }}{% if 1 %}x{% endif %}'" in text.splitlines()
+    assert "  '--tag'" not in text and "  't{#x#}'" in text.splitlines()
+
+
+def test_a_value_set_otherwise_than_by_e_is_kept(script):
+    # The preflight sets its own script_args over an -e script_args: the -e value is not taken then.
+    result = run(request(script, script_args=["--sizes", "1024"]),
+                 extra_vars=("nodes=node[110-111]", "script_args=--other"),
+                 role_vars={"slurm_launch_script_args": ["--sizes", "1024"]})
+    assert not result.get("failed"), result.get("msg")
+    assert result["job"]["script_args"] == ["--sizes", "1024"]
+
+
+def test_a_secret_on_the_command_line_is_refused_naming_the_ways_to_give_it(script):
+    result = run(request(script, env={"HF_TOKEN": "hf_x"}),
+                 extra_vars=('{"slurm_launch_env": {"HF_TOKEN": "hf_x"}}', "nodes=node[110-111]"))
+    assert result["failed"]
+    assert result["msg"] == (
+        "slurm_launch_env HF_TOKEN given on the command line: every user of this machine can read a command line "
+        "(/proc/*/cmdline) while the launch runs; put it in a file only you can read (chmod 600 secrets.yml; "
+        "-e @secrets.yml) or export it on the controller and name it (-e env_from=NAME)")
+    assert "hf_x" not in result["msg"]
+    # A setting that is no secret may be given there.
+    assert not run(request(script, env={"NCCL_DEBUG": "INFO", "NCCL_IB_PKEY": "0"}),
+                   extra_vars=('{"slurm_launch_env": {"NCCL_DEBUG": "INFO", "NCCL_IB_PKEY": "0"}}',)).get("failed")
+
+
+def test_a_secrets_file_others_can_read_is_refused_and_a_private_one_taken(script, tmp_path):
+    secrets = tmp_path / "secrets.yml"
+    secrets.write_text("slurm_launch_env:\n  HF_TOKEN: hf_file\n")
+    secrets.chmod(0o644)
+    result = run(request(script, env={"HF_TOKEN": "hf_file"}), extra_vars=(f"@{secrets}", "nodes=node[110-111]"))
+    assert result["failed"]
+    assert result["msg"] == (f"-e @{secrets} sets slurm_launch_env and is readable by others (mode 0644): its "
+                             f"values may be secrets; chmod 600 {secrets} first")
+    secrets.chmod(0o600)
+    result = run(request(script, env={"HF_TOKEN": "hf_file"}), extra_vars=(f"@{secrets}", "nodes=node[110-111]"))
+    assert not result.get("failed"), result.get("msg")
+    assert "export HF_TOKEN=hf_file" in _script_text(result).splitlines()
+
+
+def test_env_from_takes_the_controllers_variable(script, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_from_env")
+    result = run(request(script, env_from=["HF_TOKEN"]), extra_vars=("nodes=node[110-111]", "env_from=HF_TOKEN"))
+    assert not result.get("failed"), result.get("msg")
+    assert result["job"]["env"] == {"HF_TOKEN": "hf_from_env"}
+    files = {one["name"]: one for one in result["job_files"]}
+    assert files["train.sbatch"]["mode"] == "0600"
+    monkeypatch.delenv("HF_TOKEN")
+    result = run(request(script, env_from="HF_TOKEN"))
+    assert result["msg"] == ("env_from=HF_TOKEN: the controller's environment has no HF_TOKEN (export HF_TOKEN=... "
+                             "before ansible-playbook)")
+    monkeypatch.setenv("LD_PRELOAD", "/tmp/x.so")
+    assert run(request(script, env_from=["LD_PRELOAD"]))["msg"].startswith(
+        "env name='LD_PRELOAD' is not allowed: it steers the job's shell")
