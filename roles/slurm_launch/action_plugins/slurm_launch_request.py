@@ -247,7 +247,7 @@ def shape_problem(request, groups, following):
         {"key": "cpus_per_task", "value": request["cpus_per_task"], "min": 0, "hint": " (0 = all CPUs of the node)"},
         {"key": "nproc_per_node", "value": request["nproc_per_node"], "min": 0, "hint": " (0 = one per GPU)"},
         {"key": "master_port", "value": request["master_port"], "min": 0, "max": 65535,
-         "hint": " (0 = derived from the job id)"},
+         "hint": " (0 = a port free on the first node as the job starts)"},
         {"key": "job_id", "value": request["job_id"], "min": 0},
         {"key": "slurm_launch_follow_timeout", "value": request["follow_timeout"], "min": 0,
          "hint": " (0 = until the job ends)"},
