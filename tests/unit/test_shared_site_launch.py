@@ -1,6 +1,7 @@
 """A launch on a shared site: what a request may put into the job script, and what of it others see."""
 
 import importlib.util
+import os
 import shlex
 from pathlib import Path
 
@@ -128,3 +129,51 @@ def test_env_from_takes_the_controllers_variable(script, monkeypatch):
     monkeypatch.setenv("LD_PRELOAD", "/tmp/x.so")
     assert run(request(script, env_from=["LD_PRELOAD"]))["msg"].startswith(
         "env name='LD_PRELOAD' is not allowed: it steers the job's shell")
+
+
+# Staged code (code/<hash>/) is run again by later launches: it must still be what its hash names.
+from test_job_dir import action, jobs, pack_tree, run as stage, user  # noqa: E402,F401  (jobs: a fixture)
+import job_dirs  # noqa: E402
+
+
+def _real_hash(tmp_path, files):
+    source = tmp_path / "hash-src"
+    for name, text in files.items():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(text)
+    listed, _, _ = action.list_code(str(source))
+    return action.content_hash(listed, lambda name: str(source / name))
+
+
+def test_code_changed_in_place_after_staging_is_refused_naming_the_file(tmp_path, jobs):
+    files = {"train.py": "print('mine')\n", "pkg/util.py": "X = 1\n"}
+    code_hash = _real_hash(tmp_path, files)
+    archive = pack_tree(tmp_path, files)
+    code = Path(stage(tmp_path, code_hash=code_hash, code_archive=str(archive), mode="0750")["code_dir"])
+    manifest = code.parent / f"{code_hash}.manifest"
+    assert manifest.stat().st_mode & 0o777 == 0o400
+    assert stage(tmp_path, code_hash=code_hash, mode="0750")["code_present"]
+    # A member of the group patches the training in place (as they could in a group-writable directory).
+    (code / "train.py").chmod(0o640 | 0o020)
+    (code / "train.py").write_text("import os; os.system('steal')\n")
+    with pytest.raises(job_dirs.Refused) as refused:
+        stage(tmp_path, code_hash=code_hash, mode="0750")
+    assert str(refused.value).startswith(
+        f"{code}/train.py changed since it was staged (it no longer matches its hash {code_hash}): not running it")
+    # Adding a file, or a link, is a change too; without the manifest the hash itself decides.
+    (code / "train.py").write_text("print('mine')\n")
+    assert stage(tmp_path, code_hash=code_hash, mode="0750")["code_present"]
+    (code / "sitecustomize.py").write_text("x\n")
+    with pytest.raises(job_dirs.Refused, match=f"^{code}/sitecustomize.py changed since it was staged"):
+        stage(tmp_path, code_hash=code_hash, mode="0750")
+    os.unlink(code / "sitecustomize.py")
+    os.symlink("/etc/passwd", code / "data")
+    with pytest.raises(job_dirs.Refused, match="data is not a regular file"):
+        stage(tmp_path, code_hash=code_hash, mode="0750")
+    os.unlink(code / "data")
+    manifest.chmod(0o600)
+    manifest.unlink()
+    assert stage(tmp_path, code_hash=code_hash, mode="0750")["code_present"]
+    (code / "pkg" / "util.py").write_text("X = 2\n")
+    with pytest.raises(job_dirs.Refused, match=f"^the code in {code} changed since it was staged"):
+        stage(tmp_path, code_hash=code_hash, mode="0750")
