@@ -1,5 +1,6 @@
 """A launch on a shared site: what a request may put into the job script, and what of it others see."""
 
+import base64
 import importlib.util
 import os
 import shlex
@@ -177,3 +178,41 @@ def test_code_changed_in_place_after_staging_is_refused_naming_the_file(tmp_path
     (code / "pkg" / "util.py").write_text("X = 2\n")
     with pytest.raises(job_dirs.Refused, match=f"^the code in {code} changed since it was staged"):
         stage(tmp_path, code_hash=code_hash, mode="0750")
+
+
+# What a follow, cancel or collect writes on the controller: private as the job is.
+from test_job_outputs import collect, finished, nas  # noqa: E402,F401  (nas: a fixture)
+
+
+def test_a_job_private_by_its_own_files_is_collected_private_whoever_asks(tmp_path, nas):
+    returned = {str(nas / name): base64.b64encode((nas / name).read_bytes()).decode()
+                for name in ("train-7.out", "train.sbatch")}
+    # A follow by id (-e job_id=N) without the token: the module says the job's files are private.
+    collect(tmp_path, finished(nas, collected_files=returned, private=True), private=False)
+    outputs = tmp_path / "outputs" / "train-7"
+    assert outputs.stat().st_mode & 0o777 == 0o700
+    assert {p.name: p.stat().st_mode & 0o777 for p in outputs.iterdir()} == {
+        "job.json": 0o600, "summary.txt": 0o600, "train-7.out": 0o600, "train.sbatch": 0o600}
+    # A later collect of a job not private leaves the folder as narrow as it is.
+    collect(tmp_path, finished(nas, collected_files=returned), private=False)
+    assert outputs.stat().st_mode & 0o777 == 0o700
+
+
+def test_the_module_says_private_when_a_collected_file_is_for_the_user_alone(tmp_path):
+    run_dir = tmp_path / "jobs" / "alice" / "t" / "runs" / "1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "t.sbatch").write_text("export HF_TOKEN=x\n")
+    (run_dir / "t-5.out").write_text("log\n")
+    (run_dir / "t.sbatch").chmod(0o600)
+    (run_dir / "t-5.out").chmod(0o644)
+    seen = {}
+    runner = slurm_job.SlurmJobRunner.__new__(slurm_job.SlurmJobRunner)
+    runner.result = {"user": "alice", "stdout_path": str(run_dir / "t-5.out"), "name": "t", "outcome": "succeeded",
+                     "private": False}
+    runner.params = {"collect_files": True, "run_records": str(tmp_path / "jobs")}
+    runner.collect()
+    seen["private"] = runner.result["private"]
+    (run_dir / "t.sbatch").chmod(0o644)
+    runner.result["private"] = False
+    runner.collect()
+    assert (seen["private"], runner.result["private"]) == (True, False)
