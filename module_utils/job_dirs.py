@@ -355,8 +355,12 @@ def stage(params, check_mode, known=None):
     if result["missing_files"] and not dry:
         return result  # the job would not find them: nothing is made for it
     if params["min_free_mb"] is not None:
-        problem, result["free_mb"] = problem_with(existing_directory(os.path.normpath(root)), params["min_free_mb"],
-                                                  try_write=not check_mode)
+        # The user's own directory takes the writes; the jobs root (0711, the NAS owner's) does not,
+        # and one not made yet is refused below, saying who makes it.
+        user_dir = os.path.join(os.path.normpath(root), user)
+        own = os.path.isdir(user_dir) and not os.path.islink(user_dir)
+        problem, result["free_mb"] = problem_with(user_dir if own else existing_directory(os.path.normpath(root)),
+                                                  params["min_free_mb"], try_write=not check_mode, writes_here=own)
         if problem:
             raise Refused(f"{root}: {problem}")
     try:

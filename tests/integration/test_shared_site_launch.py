@@ -208,7 +208,7 @@ def test_a_port_bob_holds_on_the_first_node_does_not_fail_alices_job(cluster, tm
     first = next_job_id(cluster)
     ports = " ".join(str(20000 + job_id % 20000) for job_id in range(first, first + 40))
     submitted = as_user(cluster, "bob", f"cd ~ && cat > squat.py <<'EOF'\n{SQUATTER}\nEOF\n"
-                                        f"sbatch --parsable -w node110 -c 1 -t 15 -o squat-%j.out "
+                                        f"sbatch --parsable -w node110 -c 1 --mem=64M -t 15 -o squat-%j.out "
                                         f"--wrap 'python3 squat.py {ports}'", check=True)
     squatter = int(submitted.stdout.strip().split(";")[0])
     try:
@@ -216,7 +216,9 @@ def test_a_port_bob_holds_on_the_first_node_does_not_fail_alices_job(cluster, tm
                                             as_user(cluster, "bob", f"cat ~/squat-{squatter}.out").stdout), timeout=120)
         assert held and int(held.group(1)) >= 30, "bob holds the ports"
         name = unique_job_name("squatted")
-        proc = launch(tmp_path, *SMALL, f"script={TRAINER}", f"job_name={name}", QUICK)
+        # Not the node's whole memory (Slurm's default), which bob's job holds a little of.
+        proc = launch(tmp_path, *SMALL, f"script={TRAINER}", f"job_name={name}", QUICK,
+                      json.dumps({"slurm_launch_extra_directives": ["--mem=1G"]}))
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
         folder, job = outputs_of(tmp_path, name)
         assert job["state"] == "COMPLETED"
