@@ -364,7 +364,8 @@ def stage(params, check_mode, known=None):
         if problem:
             raise Refused(f"{root}: {problem}")
     try:
-        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        # O_PATH: the root is 0711 (searched, not read) for users.
+        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
     except OSError as error:
         raise Refused(f"jobs directory {root}: {error.strerror} (provision.yml makes it)") from None
 
