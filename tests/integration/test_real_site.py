@@ -6,6 +6,7 @@ compute nodes refuse SSH to a user without a job there (pam_slurm_adopt)."""
 import json
 import subprocess
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -109,21 +110,30 @@ def test_a_link_or_a_directory_bob_planted_at_alices_path_is_refused_before_anyt
         cluster, tmp_path, plant, refusal):
     # A jobs root of its own, as provision.yml makes one (the NAS owner's, 1777), where alice has
     # not launched yet: bob, who may write there, gets in first.
-    jobs = cluster.nas / f"jobs-{tmp_path.name}"
+    # The run's own name: the NAS is shared with other runs of this test.
+    jobs = cluster.nas / f"jobs-planted-{uuid.uuid4().hex[:8]}"
     jobs.mkdir()
-    owner = cluster.report["nas_owner"]
-    subprocess.run(["chown", f"{owner}:{owner}", str(jobs)], check=True)
-    jobs.chmod(0o1777)
-    trap = f"{jobs}/bob-trap"
-    as_user(cluster, "bob", f"mkdir -m 0777 {trap} && " + plant.format(trap=trap, jobs=jobs), check=True)
-    before = next_job_id(cluster)
-    proc = launch(tmp_path, "nodes=node110", f"script={TRAINER}", "job_name=planted", "nproc_per_node=1",
-                  f"slurm_launch_jobs_dir={jobs}", QUICK)
-    assert proc.returncode != 0
-    assert refusal.format(jobs=jobs) in proc.stdout, proc.stdout[-3000:]
-    assert next_job_id(cluster) == before, "nothing was submitted"
-    assert as_user(cluster, "bob", f"find {jobs} -mindepth 1 -not -user bob").stdout == "", "alice wrote nothing there"
-    assert list(Path(trap).iterdir()) == []
+    try:
+        owner = cluster.report["nas_owner"]
+        subprocess.run(["chown", f"{owner}:{owner}", str(jobs)], check=True)
+        jobs.chmod(0o1777)
+        trap = f"{jobs}/bob-trap"
+        as_user(cluster, "bob", f"mkdir -m 0777 {trap} && " + plant.format(trap=trap, jobs=jobs), check=True)
+        before = next_job_id(cluster)
+        proc = launch(tmp_path, "nodes=node110", f"script={TRAINER}", "job_name=planted", "nproc_per_node=1",
+                      f"slurm_launch_jobs_dir={jobs}", QUICK)
+        assert proc.returncode != 0
+        assert refusal.format(jobs=jobs) in proc.stdout, proc.stdout[-3000:]
+        # Not "choose another job name": the directory is the user's, and only an admin can fix it.
+        assert (f"only an admin can fix it: as root or the NAS owner, mv {jobs}/alice {jobs}/alice.planted (or "
+                f"remove it), then ansible-playbook provision.yml with alice in cluster_users") in proc.stdout, \
+            proc.stdout[-3000:]
+        assert next_job_id(cluster) == before, "nothing was submitted"
+        assert as_user(cluster, "bob", f"find {jobs} -mindepth 1 -not -user bob").stdout == "", \
+            "alice wrote nothing there"
+        assert list(Path(trap).iterdir()) == []
+    finally:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(jobs)], check=False)
 
 
 def test_another_users_job_given_by_id_is_refused_and_its_output_not_fetched(cluster, tmp_path):
