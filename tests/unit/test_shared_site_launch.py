@@ -216,3 +216,18 @@ def test_the_module_says_private_when_a_collected_file_is_for_the_user_alone(tmp
     runner.result["private"] = False
     runner.collect()
     assert (seen["private"], runner.result["private"]) == (True, False)
+
+
+def test_provision_names_a_users_job_directory_someone_else_made():
+    filters = _load("cluster_rules_filters", REPO / "roles" / "cluster" / "filter_plugins" / "cluster_rules.py")
+    foreign = filters.FilterModule().filters()["cluster_foreign_user_dirs"]
+    stats = [
+        {"item": "alice", "stat": {"exists": True, "isdir": True, "islnk": False, "pw_name": "alice", "path": "/j/alice"}},
+        {"item": "bob", "stat": {"exists": False}},
+        {"item": "carol", "stat": {"exists": True, "isdir": True, "islnk": False, "pw_name": "bob", "path": "/j/carol"}},
+        {"item": "dave", "stat": {"exists": True, "isdir": False, "islnk": True, "pw_name": "bob", "path": "/j/dave"}},
+        {"item": "erin", "stat": {"exists": True, "isdir": False, "islnk": False, "pw_name": "erin", "path": "/j/erin"}},
+    ]
+    assert foreign(stats) == ["/j/carol is a directory of bob, not carol's own directory",
+                              "/j/dave is a link of bob, not dave's own directory",
+                              "/j/erin is a file of erin, not erin's own directory"]
