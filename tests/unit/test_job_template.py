@@ -91,8 +91,8 @@ def test_extra_directives_and_env_are_rendered_quoted():
 STANDINS = {
     # scontrol show hostnames NODELIST: one name a line, as the real one prints them.
     "scontrol": '#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "node110\\nnode111\\n"\n',
-    # srun: drop its own options, run the command once as node 1 (the second node).
-    "srun": '#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nSLURM_NODEID=1 exec "$@"\n',
+    # srun: drop its own options (-w takes a value), run the command once as node 1 (the second node).
+    "srun": '#!/bin/bash\nwhile [[ $1 == -* ]]; do [[ $1 == -w ]] && shift; shift; done\nSLURM_NODEID=1 exec "$@"\n',
     # python: record the argv it got, exit with the code the test asks for.
     # python: the job's look for a free port runs as it is; else record the argv it got, exit with
     # the code the test asks for.
@@ -114,10 +114,12 @@ def in_dir(tmp_path, **overrides):
                   "conda_env": "", "nccl_env_file": str(env_file), "gpu_check": "", "master_port": 29400, **overrides})
 
 
-def run_with_standins(tmp_path, script, exit_code=0, **slurm_env):
+def run_with_standins(tmp_path, script, exit_code=0, keep_srun=False, **slurm_env):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, text in STANDINS.items():
+        if keep_srun and name == "srun":
+            continue
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(stat.S_IRWXU)
     (tmp_path / "job.sbatch").write_text(script)
@@ -165,11 +167,25 @@ def test_the_rendezvous_port_is_one_free_on_the_master_at_run_time_not_one_known
 
 
 def test_c10d_makes_node_rank_0_the_store_host_and_the_others_its_clients(tmp_path):
-    script = render(in_dir(tmp_path, rendezvous="c10d", master_port=0))
+    script = render(in_dir(tmp_path, rendezvous="c10d"))
+    # Node 1 joins only once node 0 said its own torchrun listens: here, never.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "seq").write_text("#!/bin/sh\necho 1; echo 2\n")  # two looks, not two minutes of them
+    (bin_dir / "seq").chmod(0o755)
     proc, argv = run_with_standins(tmp_path, script)  # the srun stand-in runs node 1
+    assert proc.returncode == 1 and argv is None
+    assert "node 1: the rendezvous store on node110:29400 never became this job's: not joining it" in proc.stderr
+    # Once it did, node 1 is a client of it.
+    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\n'
+                                  'touch "$RENDEZVOUS_READY"; SLURM_NODEID=1 exec "$@"\n')
+    proc, argv = run_with_standins(tmp_path, script, keep_srun=True)
     assert proc.returncode == 0, proc.stderr
     assert "--rdzv-conf=is_host=0" in argv and "--rdzv-backend=c10d" in argv
-    proc, argv = run_with_standins(tmp_path, script.replace("$(( SLURM_NODEID == 0 ))", "$(( 0 == 0 ))"))
+    # Node 0 hosts the store, never a client of another's.
+    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nSLURM_NODEID=0 exec "$@"\n')
+    proc, argv = run_with_standins(tmp_path, script, keep_srun=True)
+    assert proc.returncode == 0, proc.stderr
     assert "--rdzv-conf=is_host=1" in argv
 
 
