@@ -443,10 +443,10 @@ def stage_code(params, code_fd, code_root, code_dir, uid, mode, dry, result):
         return False
     partial = tempfile.mkdtemp(prefix=f".{code_hash}.partial-", dir=code_root)
     try:
-        os.chmod(partial, mode)
-        extract(archive, partial, mode & 0o777)
         partial_fd = os.open(partial, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
+            os.fchmod(partial_fd, mode)
+            extract(archive, partial, mode & 0o777)
             manifest = code_manifest(partial_fd)
         finally:
             os.close(partial_fd)

@@ -116,6 +116,12 @@ def launch(script=None, nodes=None, group=None, num_nodes=None, *, inventory=Non
     (outputs/<name>-<id>/ of the repo unless slurm_launch_outputs_dir says otherwise); with
     wait=False, the job as submitted (PENDING or RUNNING, nothing collected).
 
+    Every value is passed as data (a text with ``{{ }}``, ``{% %}`` or ``{# #}`` reaches the job as
+    written, never templated on the controller), in a file only this user reads, never on a
+    command line; secrets in ``slurm_launch_env`` are safe there, or name controller variables
+    with ``env_from=["HF_TOKEN"]``. Ansible's own ``ansible_*`` variables are refused (``user``
+    sets the one a launch needs).
+
     Raises ValueError, before anything runs, for a key the launch does not know or a value it
     refuses, with the playbook's message; LaunchError with the failed task's message when the
     playbook fails otherwise before the job ends (a rule only the playbook checks, such as the
