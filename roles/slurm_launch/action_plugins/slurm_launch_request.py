@@ -125,7 +125,6 @@ job_files:
 import importlib.util
 import json
 import os
-import re
 import secrets
 import stat
 import string
