@@ -164,6 +164,7 @@ def main(argv=None):
     # Proof that every rank joined one process group.
     if rank == 0:
         log(f"world_size={world} backend={backend}")
+        log(f"training lr={args.lr} steps={args.steps}")
     log(f"rank={rank} local_rank={local_rank} host={socket.gethostname()} "
         f"world_size={world} pid={os.getpid()}")
     (total,) = all_reduce([rank])

@@ -28,9 +28,11 @@ description:
   - While a file of O(expect_files) is missing, nothing is made (outside check mode and O(probe)).
   - With O(resume), the job name is an experiment and each launch a run of it, in
     C(<job_dir>/runs/<run id>/) (script, log, checkpoints, and the C(run.json) the job writes as it
-    ends and the launch rewrites with Slurm's final state). The module reads those records and
-    picks the run (RV(run_id)); a fresh run's id is allocated with an exclusive C(mkdir), so two
-    launches at once get two runs.
+    ends and the launch rewrites with Slurm's final state). A run belongs to one request,
+    O(request), recorded in its C(request.json) when it is taken; only a launch of the same
+    request resumes it. The module reads those records and picks the run (RV(run_id)) under the
+    job's lock, C(runs/.lock), held until the module ends (C(slurm_job) holds it until its job is
+    submitted), so two launches at once share a run only when their requests are the same.
 options:
   jobs_root:
     description: The shared jobs directory (C(cluster_jobs_dir)); it must exist.
@@ -60,15 +62,27 @@ options:
     type: str
   resume:
     description:
-      - Which run the launch is. V(auto) resumes the newest run when it ended by its time limit,
-        its requeue limit, preemption or a node failure (C(run.json) state C(TIMEOUT),
-        C(REQUEUE_LIMIT), C(PREEMPTED), C(NODE_FAIL), or C(FAILED) with exit code 75), or has not
-        recorded an end (still pending or running, or ended without a word); otherwise (it
-        C(COMPLETED), failed or was cancelled) it starts a fresh run.
-      - V(never) always starts a fresh run; a run id (V(2)) resumes that run.
+      - Which run the launch is. V(auto) resumes the newest run of the same O(request) when it
+        ended by its time limit, its requeue limit, preemption or a node failure (C(run.json) state
+        C(TIMEOUT), C(REQUEUE_LIMIT), C(PREEMPTED), C(NODE_FAIL), or C(FAILED) with exit code 75),
+        or has not recorded an end (still pending or running, or ended without a word); otherwise
+        (no run of that request, or it C(COMPLETED), failed or was cancelled) it starts a fresh run.
+      - V(never) always starts a fresh run; a run id (V(2)) resumes that run, refused when the run
+        is another request unless O(force).
       - Empty (the default) makes no run at all (the preflight's directory).
     type: str
     default: ""
+  request:
+    description:
+      - What the run trains, recorded in a fresh run's C(request.json) with O(code_hash) added. The
+        launch gives the script, its arguments, the sweep's points, the env names and the job's
+        shape; the dict is compared whole, so a caller may add any value.
+    type: dict
+    default: {}
+  force:
+    description: With a run id in O(resume), resume it even when its request differs (RV(request_differences)).
+    type: bool
+    default: false
   probe:
     description: Check and report only; make nothing (as in check mode).
     type: bool
@@ -201,6 +215,17 @@ run_reason:
   returned: always
   type: str
   sample: run 2 ended COMPLETED
+other_request:
+  description: Why the newest run was not resumed when it is another request (a fresh run, or an older run of this request resumed); empty otherwise.
+  returned: always
+  type: str
+  sample: "run 1 is another request: --lr 0.1, not --lr 0.01"
+request_differences:
+  description: How the resumed run's recorded request differs from O(request) (resumed with O(force)); [] otherwise.
+  returned: always
+  type: list
+  elements: str
+  sample: ["--lr 0.1, not --lr 0.01"]
 missing_files:
   description: The O(expect_files) that are missing or not readable regular files.
   returned: always
@@ -231,7 +256,7 @@ made:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.job_dirs import STAGE_SPEC, Refused, stage
+from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import STAGE_SPEC, Refused, release_runs_lock, stage
 
 
 
@@ -240,7 +265,10 @@ ARGUMENT_SPEC = STAGE_SPEC
 
 
 def run(module):
-    return stage(module.params, module.check_mode)
+    try:
+        return stage(module.params, module.check_mode)
+    finally:
+        release_runs_lock()
 
 
 def main():

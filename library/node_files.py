@@ -85,6 +85,7 @@ files:
   sample: [{"path": "/etc/nccl.conf", "action": "none"}]
 """
 
+import errno
 import grp
 import os
 import pwd
@@ -166,6 +167,19 @@ def write(path, data, uid, gid, mode):
         raise
 
 
+def set_attributes(path, uid, gid, mode):
+    """Owner, group and mode of the regular file at ``path``, changed through a descriptor opened
+    without following a link: what is changed is what was looked at, not a link put there since."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)  # after fchown, which clears set-id bits
+    finally:
+        os.close(fd)
+
+
 def plan(entry):
     """What one file needs (RV(files)' action: created, written, attributes or none), with what to
     write; Refused naming what stands in the way."""
@@ -200,8 +214,7 @@ def main():
             if not module.check_mode and one["action"] in ("created", "written"):
                 write(one["path"], one["data"], one["uid"], one["gid"], one["mode"])
             elif not module.check_mode and one["action"] == "attributes":
-                os.chown(one["path"], one["uid"], one["gid"], follow_symlinks=False)
-                os.chmod(one["path"], one["mode"])
+                set_attributes(one["path"], one["uid"], one["gid"], one["mode"])
             done.append({"path": one["path"], "action": one["action"]})
     except OSError as error:
         module.fail_json(msg=f"cannot write {error.filename or one['path']}: {error.strerror}", files=done)

@@ -123,6 +123,11 @@ options:
     description:
       - Number of lines from the end of the job's output file to return in RV(log_tail), when that
         file is readable on the host the module runs on. V(0) reads nothing.
+      - The lines are looked for in the last MiB of the file; C(\n), C(\r\n) and C(\r) end a line;
+        control characters other than tab are shown as C(\xNN), so that a log's escape sequences
+        never reach a terminal.
+      - Of another user's job (followed by root or an operator), only a log that is a regular file
+        of that user inside O(run_records)C(/<user>/), reached without a link, is read.
     type: int
     default: 40
   stage:
@@ -260,14 +265,18 @@ options:
       - When the job is final, return its log and script (of a job array, every task's log and
         the C(sweep.tsv) beside them) in RV(collected_files), so that the controller writes
         them without another transfer. Only files directly in the job's own directory, and only
-        when its log is under O(run_records)C(/<its user>/); links are not followed; up to 8 MiB
-        in all (a larger file is left out, for the controller to fetch).
+        when its log is under O(run_records)C(/<its user>/); each opened from O(run_records)
+        component by component without following a link, and only the job owner's regular files
+        (RV(collected_skipped) says why one is not returned). Up to 8 MiB in all, the smallest files
+        first; of a file that does not fit, its end (RV(collected_truncated)).
     type: bool
     default: false
 notes:
-  - A job given by O(job_id) must be the user's own (the C(UserId) slurmctld reports), unless the
-    module runs as root or as a Slurm operator or administrator (C(sacctmgr) C(AdminLevel)); another
-    user's job is refused before it is followed, cancelled or its log read.
+  - A job given by O(job_id) must be the user's own, unless the module runs as root or as a Slurm
+    operator or administrator (C(sacctmgr) C(AdminLevel)); another user's job is refused before it
+    is followed, cancelled or its log read. Its owner is the numeric user id C(squeue -o %U) prints
+    (C(sacct)'s C(UID) for a job only accounting knows), fields its user cannot shape; the record's
+    C(UserId) is not used, as a job name such as C(x UserId=alice(2001)) can fake it.
   - Supports check mode. O(state=present) then runs C(sbatch --test-only) and returns its
     prediction in RV(test_only) (RV(changed=true)), or reports the identical job already queued
     (RV(changed=false)); nothing is submitted or cancelled and nothing is followed.
@@ -361,14 +370,20 @@ collected_files:
   returned: always (null unless the job is final and O(collect_files) is set)
   type: dict
   sample: {"/starmap/nas/jobs/alice/train/runs/1/train-1234.out": "W3JhbmswXSB0cmFpbmluZyBjb21wbGV0ZQo="}
-private:
+collected_truncated:
   description:
-    - With O(collect_files), whether one of the job's files read is for its user alone (no read
-      for group or others, as the 0600 script of a job with secrets, or its log made with umask
-      077). Whoever follows, cancels or collects the job later keeps what is collected private then.
-  returned: always
-  type: bool
-  sample: true
+    - With O(collect_files), the files of RV(collected_files) that did not fit in its 8 MiB, each
+      with its whole size in bytes; RV(collected_files) holds the file's end.
+  returned: always (null unless the job is final and O(collect_files) is set)
+  type: dict
+  sample: {"/starmap/nas/jobs/alice/train/runs/1/train-1234.out": 67108864}
+collected_skipped:
+  description:
+    - With O(collect_files), the job's files that were not read, each with why (not there, a link
+      on the way, not the job owner's, not a regular file).
+  returned: always (null unless the job is final and O(collect_files) is set)
+  type: dict
+  sample: {"/starmap/nas/jobs/bob/train/runs/1/train.sbatch": "a link or not a directory on the way"}
 node_states:
   description:
     - After a node failure (RV(outcome) C(node_failure)), the job's nodes as C(sinfo) shows them
@@ -383,7 +398,8 @@ job_id:
   sample: 1234
 user:
   description:
-    - The user the job belongs to, from slurmctld; null when only accounting knows the job.
+    - The user the job belongs to (C(squeue)'s numeric user id, or C(sacct)'s C(UID) for a job only
+      accounting knows); null when neither says.
     - With O(state=list), the user whose jobs RV(jobs) lists (the user the module ran as).
   returned: always
   type: str
@@ -521,6 +537,11 @@ progress:
     tasks_done:
       description: For a job array, how many of its tasks were final; null otherwise.
       type: int
+    owner:
+      description:
+        - Who owns the job (C(uid), C(user), C(name) as C(squeue) gave it), found by the first slice,
+          so that later slices need not ask again.
+      type: dict
 run_record:
   description:
     - The C(run.json) this run wrote for the final job (O(run_records)); null when none was written.
@@ -630,6 +651,7 @@ staged:
 
 import base64
 import datetime
+import errno
 import hashlib
 import itertools
 import json
@@ -641,10 +663,16 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cluster_rules import collected_paths, run_of_path
-from ansible.module_utils.job_dirs import STAGE_SPEC, Refused, check_placeholders, fill_placeholders, stage
-from ansible.module_utils.slurm import (
+from ansible_collections.hpc.slurm_train.plugins.module_utils.cluster_rules import (
+    collected_paths, job_script_name, run_of_path, visible,
+)
+from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import (
+    STAGE_SPEC, Refused, check_placeholders, fill_placeholders, open_owned_file, owner_name, release_runs_lock, stage,
+)
+from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     INVALID_JOB_ID,
+    JOB_IDENTITY_FORMAT,
+    JobNameMismatch,
     SQUEUE_FORMAT,
     MY_JOBS_FORMAT,
     JobNotFound,
@@ -660,6 +688,8 @@ from ansible.module_utils.slurm import (
     is_transient_error,
     job_state,
     parse_sacct,
+    parse_accounting_uid,
+    parse_job_identity,
     parse_my_jobs,
     parse_sbatch_parsable,
     parse_sbatch_test_only,
@@ -737,8 +767,13 @@ JOB_KEYS = (
 )
 # What a slice hands the next of the job it saw (progress.job), so that a slice that ends without
 # a look need not ask Slurm: the job's record as find_job gives it.
-JOB_RECORD_KEYS = JOB_KEYS + ("UserId", "EndTime")
+JOB_RECORD_KEYS = JOB_KEYS + ("EndTime",)
 LOG_READ_BLOCK = 64 * 1024
+# The most of a log's end that its tail is looked for in: a log without line ends (a progress
+# bar drawn with \r, binary output) costs this much to read, however large it is.
+LOG_TAIL_SCAN_BYTES = 1024 * 1024
+# A log's lines end at \n, \r\n or \r (a progress bar's \r shows one line per update).
+_LINE_END_RE = re.compile(rb"\r\n|\r|\n")
 # How often the end marker is looked for: a stat of a local or NAS file, no controller RPC. The
 # job is final in Slurm about 0.05 s after its batch script wrote the marker (bench2), so a
 # check every 0.2 s made the answer wait 0.1 s on average for nothing.
@@ -757,12 +792,6 @@ COLLECT_INLINE_MAX_BYTES = 8 * 1024 * 1024
 # as well, without the federation lookup (REQUEST_FED_INFO) that every scontrol makes first:
 # half of a follower's slurmctld RPCs.
 FEDERATED_JOB_ID_MIN = 1 << 26
-
-
-def job_owner(job):
-    """The job's user from scontrol's UserId=alice(2001); None from accounting, which does not say here."""
-    user_id = job.get("UserId")
-    return user_id.split("(", 1)[0] if user_id else None
 
 
 def change_key(job):
@@ -808,46 +837,98 @@ def job_dir_log(run):
     return None
 
 
-def read_log_tail(path, lines):
-    """Last ``lines`` lines of a file, read from its end so that a huge log costs little."""
+def open_log(path):
+    """A descriptor of the regular file ``path`` (O_NONBLOCK: a FIFO put there would block); OSError
+    otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    return fd
+
+
+def _line_ends(chunk):
+    return chunk.count(b"\n") + chunk.count(b"\r") - chunk.count(b"\r\n")
+
+
+def _lines(data):
+    """The text lines of ``data``, each with its control characters made visible."""
+    lines = _LINE_END_RE.split(data)
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [visible(line.decode("utf-8", "replace")) for line in lines]
+
+
+def read_log_tail(path, lines, opener=open_log):
+    """Last ``lines`` lines of a file, read from its end, and at most LOG_TAIL_SCAN_BYTES of it.
+    ``opener(path)`` gives the file's descriptor (open_log, or one that refuses links)."""
     if not path or lines <= 0:
         return []
     try:
-        with open(path, "rb") as handle:
-            position = handle.seek(0, os.SEEK_END)
-            data = b""
-            # One newline more than lines is needed when the file ends with one.
-            while position > 0 and data.count(b"\n") <= lines:
-                step = min(LOG_READ_BLOCK, position)
-                position -= step
-                handle.seek(position)
-                data = handle.read(step) + data
+        fd = opener(path)
     except OSError:
         return []
-    return data.decode("utf-8", "replace").splitlines()[-lines:]
+    chunks, ends, later = [], 0, b""
+    try:
+        position = os.fstat(fd).st_size
+        floor = max(0, position - LOG_TAIL_SCAN_BYTES)
+        # One line end more than lines is needed when the file ends with one.
+        while position > floor and ends <= lines:
+            step = min(LOG_READ_BLOCK, position - floor)
+            position -= step
+            chunk = os.pread(fd, step, position)
+            ends += _line_ends(chunk) - (chunk.endswith(b"\r") and later.startswith(b"\n"))
+            chunks.append(chunk)
+            later = chunk
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    found = _lines(b"".join(reversed(chunks)))
+    if position > 0 and len(found) > 1:
+        found = found[1:]  # the scan began inside a line whose head it lacks
+    return found[-lines:]
 
 
-def read_new_lines(path, offset, lines):
+def read_new_lines(path, offset, lines, opener=open_log):
     """The complete lines written to a file since ``offset`` (at most the last ``lines``), and
     the offset after them. No offset yet: only the newest lines. A file that shrank starts over."""
     if not path or lines <= 0:
         return [], offset
     try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            if offset is None or offset > size:
-                return read_log_tail(path, lines), size
-            start = max(offset, size - LOG_READ_BLOCK)
-            # Past the offset, the block may begin inside a line whose head it lacks: read the
-            # byte before it too, and begin after the first newline.
-            cut = start > offset
-            handle.seek(start - cut)
-            data = handle.read(size - start + cut)
+        fd = opener(path)
     except OSError:
         return [], offset
-    head = data.find(b"\n") + 1 if cut else 0
-    complete = data[head:data.rfind(b"\n") + 1]
-    return complete.decode("utf-8", "replace").splitlines()[-lines:], start - cut + head + len(complete)
+    try:
+        size = os.fstat(fd).st_size
+        if offset is None or offset > size:
+            os.close(fd)
+            fd = None
+            return read_log_tail(path, lines, opener), size
+        start = max(offset, size - LOG_READ_BLOCK)
+        # Past the offset, the block may begin inside a line whose head it lacks: read the
+        # byte before it too, and begin after the first line end.
+        cut = start > offset
+        data = os.pread(fd, size - start + cut, start - cut)
+    except OSError:
+        return [], offset
+    finally:
+        if fd is not None:
+            os.close(fd)
+    head = 0
+    if cut:
+        first = _LINE_END_RE.search(data)
+        head = first.end() if first else len(data)
+    # A \r last may be the head of a \r\n still being written: that line ends next time.
+    body = data[:-1] if data.endswith(b"\r") else data
+    last = max(body.rfind(b"\n"), body.rfind(b"\r"))
+    complete = data[head:last + 1] if last >= head else b""
+    return _lines(complete)[-lines:], start - cut + head + len(complete)
+
+
+def refuse_open(path):
+    """The opener of a job whose files may not be read here (another user's, without O(run_records))."""
+    raise OSError(errno.EACCES, "another user's job outside the jobs directory", path)
 
 
 class SlurmCommandError(Exception):
@@ -889,14 +970,15 @@ class SlurmClient:
     def run(self, argv, cwd=None):
         return retry_command(lambda args: self.run_once(args, cwd=cwd), argv, sleep=time.sleep)
 
-    def show_job(self, job_id):
+    def show_job(self, job_id, job_name=None):
         argv = ["scontrol", "show", "job", "-o", str(job_id)]
         if int(str(job_id).split("_")[0]) < FEDERATED_JOB_ID_MIN:
             argv.append("--local")
         rc, out, err = self.run(argv)
         if rc != 0 and INVALID_JOB_ID not in err:
             raise SlurmCommandError("scontrol show job", rc, err)
-        job = parse_scontrol_job(out, err, array_job_id=job_id)  # raises JobNotFound for INVALID_JOB_ID
+        # raises JobNotFound for INVALID_JOB_ID
+        job = parse_scontrol_job(out, err, array_job_id=job_id, job_name=job_name)
         job["state_source"] = "scontrol"
         return job
 
@@ -950,10 +1032,36 @@ class SlurmClient:
         summary["state_source"] = "sacct"
         return summary
 
-    def find_job(self, job_id):
-        """The job's current record: slurmctld first (cheap, complete), accounting once it forgot the job."""
+    def job_identity(self, job_id):
+        """(uid, exact name) of a job slurmctld knows (JOB_IDENTITY_FORMAT), or None."""
+        argv = ["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", JOB_IDENTITY_FORMAT]
+        if int(str(job_id).split("_")[0]) < FEDERATED_JOB_ID_MIN:
+            argv.append("--local")
+        rc, out, err = self.run(argv)
+        if rc != 0:
+            if INVALID_JOB_ID in err:
+                return None
+            raise SlurmCommandError("squeue", rc, err)
+        return parse_job_identity(out)
+
+    def accounting_uid(self, job_id):
+        """The uid accounting holds for the job, or None when it cannot be asked or knows none."""
+        if self.accounting_problem is not None:
+            return None
+        argv = ["sacct", "-j", str(job_id), "-n", "-P", "-X", "-o", "UID"]
+        rc, out, err = self.run_once(argv) if self.accounting == "auto" else self.run(argv)
+        if rc != 0:
+            if self.accounting == "auto":
+                self.accounting_problem = f"sacct failed: {err.strip()}"
+                return None
+            raise SlurmCommandError("sacct", rc, err)
+        return parse_accounting_uid(out)
+
+    def find_job(self, job_id, job_name=None):
+        """The job's current record: slurmctld first (cheap, complete), accounting once it forgot the job.
+        ``job_name``: its exact name (job_identity), for a job its user named."""
         try:
-            return self.show_job(job_id)
+            return self.show_job(job_id, job_name)
         except JobNotFound:
             record = self.accounting_record(job_id)
         if record is None:
@@ -1092,8 +1200,17 @@ class SlurmJobRunner:
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
             nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
-            staged=None, end_marker=self.params["end_marker"], collected_files=None, private=False, node_states=None, nodes_checked=None,
+            staged=None, end_marker=self.params["end_marker"], collected_files=None, collected_truncated=None,
+            collected_skipped=None, node_states=None, nodes_checked=None,
         )
+        # Who owns the job: {"uid", "user", "name"}. The module's user for a job it submitted or
+        # found of its own; for one given by id what find() learns from squeue or accounting, never
+        # the record's UserId, which a job name such as "x UserId=alice(2001)" could fake.
+        self.owner = None
+        if self.params["job_id"] is None:
+            self.owner = {"uid": os.geteuid(), "user": self.slurm.user, "name": None}
+        elif (self.params["progress_from"] or {}).get("owner"):
+            self.owner = self.params["progress_from"]["owner"]
 
     def finish(self, msg=None):
         if self.result.get("final"):
@@ -1118,29 +1235,31 @@ class SlurmJobRunner:
             except SinfoError:  # the states are extra: the job's result stands without them
                 known = {}
             result["node_states"] = {name: known[name] for name in result["nodes"] if name in known}
-        if not self.params["collect_files"]:
+        root, owner = self.params["run_records"], self.owner or {}
+        if not self.params["collect_files"] or owner.get("uid") is None:
             return
-        files, budget = {}, COLLECT_INLINE_MAX_BYTES
-        for path in collected_paths(result, self.params["run_records"]):
-            try:
-                # The job's own directory, private to the user: still, a link planted there is not followed.
-                handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue  # not there (a point that never started): the controller says so
-            with os.fdopen(handle, "rb") as opened:
-                info = os.fstat(opened.fileno())
-                if stat.S_ISREG(info.st_mode) and not info.st_mode & 0o044:
-                    # The job's privacy, as its launch made it (a 0600 script, a log made with umask
-                    # 077): whoever follows or cancels it later keeps its outputs private too.
-                    result["private"] = True
-                if not stat.S_ISREG(info.st_mode) or info.st_size > budget:
+        opened, skipped = [], {}
+        try:
+            for path in collected_paths(result, root):
+                try:
+                    fd = open_owned_file(root, owner["user"], owner["uid"], path)
+                except OSError as error:
+                    skipped[path] = error.strerror  # not there (a point that never started), or refused
                     continue
-                data = opened.read(budget + 1)
-            if len(data) > budget:
-                continue
-            files[path] = base64.b64encode(data).decode("ascii")
-            budget -= len(data)
-        result["collected_files"] = files
+                opened.append((os.fstat(fd).st_size, path, fd))
+            # Smallest first: the script and the sweep's table whole, the log's end with what is left.
+            files, truncated, budget = {}, {}, COLLECT_INLINE_MAX_BYTES
+            for size, path, fd in sorted(opened):
+                keep = min(size, budget)
+                data = os.pread(fd, keep, size - keep) if keep else b""
+                files[path] = base64.b64encode(data).decode("ascii")
+                budget -= len(data)
+                if len(data) < size:
+                    truncated[path] = size
+        finally:
+            for _, _, fd in opened:
+                os.close(fd)
+        result.update(collected_files=files, collected_truncated=truncated, collected_skipped=skipped)
 
     def record_run_end(self):
         """Write the final job's run.json beside its log (O(run_records)); a message if that failed."""
@@ -1173,16 +1292,29 @@ class SlurmJobRunner:
     def record(self, job):
         """Copy what is known about the job into the result."""
         info = job_state(job["state"])
+        opener = self.opener()
         self.result.update(
             {key: job.get(key) for key in JOB_KEYS},
-            user=job_owner(job),
+            user=(self.owner or {}).get("user"),
             outcome=info.outcome, final=info.final, state_description=info.description,
-            log_tail=read_log_tail(job["stdout_path"], self.params["log_tail_lines"]),
+            log_tail=read_log_tail(job["stdout_path"], self.params["log_tail_lines"], opener),
         )
         for task in self.result["tasks"] or []:
             task["final"] = job_state(task["state"]).final
-            task["log_last_line"] = next(iter(read_log_tail(task["stdout_path"], 1)), None)
+            task["log_last_line"] = next(iter(read_log_tail(task["stdout_path"], 1, opener)), None)
         return info
+
+    def opener(self):
+        """How the job's logs are opened: the module user's own as they are (open_log); another
+        user's only inside O(run_records)/<owner>/, refusing links (open_owned_file), and not at
+        all without O(run_records): root or an operator reads nothing that user could point
+        elsewhere."""
+        owner, root = self.owner or {}, self.params["run_records"]
+        if owner.get("uid") == os.geteuid():
+            return open_log
+        if not root or owner.get("uid") is None:
+            return refuse_open
+        return lambda path: open_owned_file(root, owner["user"], owner["uid"], path)
 
     def follow(self, job_id):
         """Look at the job until it is final or the timeout is up; record what was seen last."""
@@ -1233,13 +1365,14 @@ class SlurmJobRunner:
             # An array's log is that of the task shown, which changes: another file starts with its tail.
             same_log = (progress or {}).get("log_path") == job["stdout_path"]
             lines, offset = read_new_lines(job["stdout_path"], progress["log_offset"] if progress and same_log else None,
-                                           min(self.params["progress_log_lines"], self.params["log_tail_lines"]))
+                                           min(self.params["progress_log_lines"], self.params["log_tail_lines"]),
+                                           self.opener())
             self.result["progress"] = {
                 "state": job["state"], "restarts": job["restarts"], "tasks_done": job.get("tasks_done"),
                 "next_poll": schedule.next_interval, "next_look_at": look_at, "watch_log": watch_log,
                 "marker": marker.seen, "marker_quick_polls": marker.quick_polls_left,
                 "log_path": job["stdout_path"], "log_offset": offset, "log_lines": lines,
-                "job": {key: job.get(key) for key in JOB_RECORD_KEYS},
+                "job": {key: job.get(key) for key in JOB_RECORD_KEYS}, "owner": self.owner,
             }
         return info
 
@@ -1306,17 +1439,40 @@ class SlurmJobRunner:
             )
 
     def find(self, job_id):
-        """slurm.find_job, and for a job given by id, the check that it is the user's."""
-        job = self.slurm.find_job(job_id)
-        if self.params["job_id"] is not None:
+        """slurm.find_job, and for a job given by id, first who owns it and the check that it is
+        the user's (once: a job's owner does not change)."""
+        if self.params["job_id"] is None:
+            return self.slurm.find_job(job_id)
+        first = self.owner is None
+        if first:
+            self.owner = self.identify(job_id)
+        try:
+            job = self.slurm.find_job(job_id, self.owner["name"])
+        except JobNameMismatch:
+            # Renamed since squeue was asked (scontrol update JobName=): ask again, once.
+            self.owner["name"] = (self.slurm.job_identity(job_id) or (None, None))[1]
+            job = self.slurm.find_job(job_id, self.owner["name"])
+        if first:
             self.check_owner(job)
         return job
 
+    def identify(self, job_id):
+        """{"uid", "user", "name"} of a job given by id: squeue's numeric user id and exact name for
+        a job slurmctld knows, accounting's UID for one only accounting does; uid None when
+        neither says."""
+        identity = self.slurm.job_identity(job_id)
+        uid, name = identity if identity is not None else (self.slurm.accounting_uid(job_id), None)
+        return {"uid": uid, "user": None if uid is None else owner_name(uid), "name": name}
+
     def check_owner(self, job):
         """Refuse another user's job given by id, before anything of it is read or changed."""
-        owner = job_owner(job)
-        if owner is None or self.slurm.may_act_on(owner):
+        owner = self.owner["user"]
+        if self.slurm.may_act_on(owner):
             return
+        if owner is None:
+            self.finish(f"job {job['job_id']}: neither slurmctld nor accounting says whose job it is "
+                        f"({self.slurm.accounting_problem or 'no owner recorded'}): only root or a Slurm operator "
+                        "may follow, collect or cancel it")
         self.finish(f"job {job['job_id']} belongs to {owner}, not to {self.slurm.user}: only the job's own user, "
                     "root or a Slurm operator may follow, collect or cancel it")
 
@@ -1324,9 +1480,13 @@ class SlurmJobRunner:
         if self.params["job_id"] is None:
             known = self.check_nodes() if self.params["nodes"] is not None else {}
             with tempfile.TemporaryDirectory(prefix="slurm-job-prediction-") as scratch:
-                if self.params["stage"] is not None and not self.stage(scratch, known):
-                    return  # nothing to submit yet: RV(staged) says why
-                self.submit_or_find()
+                try:
+                    if self.params["stage"] is not None and not self.stage(scratch, known):
+                        return  # nothing to submit yet: RV(staged) says why
+                    self.submit_or_find()
+                finally:
+                    # The run is taken and its job in Slurm: the next launch of the name may look.
+                    release_runs_lock()
         if self.result["job_id"] is not None:
             self.fail_unless_succeeded(self.watch(self.result["job_id"]))
 
@@ -1404,12 +1564,25 @@ class SlurmJobRunner:
         job_id, submitted, cluster = self.slurm.submit(["sbatch", "--parsable", *options], params["chdir"], find_copy)
         self.result.update(job_id=job_id, submitted=submitted, found_existing=not submitted,
                            changed=submitted or self.result["changed"])
+        if submitted and params["stage"]:
+            self.keep_job_script(job_id)
         if cluster is not None:
             # A -M in the script or a SLURM_CLUSTERS the module did not set: say so, rather than
             # follow an id that the local cluster does not know.
             self.finish(f"sbatch submitted job {job_id} to cluster {cluster} (a --clusters/-M in the script, or "
                         f"{'/'.join(CLUSTERS_VARIABLES)} in the environment); {CLUSTERS_RULE}. Cancel it with "
                         f"'scancel -M {cluster} {job_id}' unless it is wanted there")
+
+    def keep_job_script(self, job_id):
+        """The job's own name for the script it was submitted with (a hard link in the run's
+        directory): a later job of the same run writes the run's script anew, by a rename, and the
+        earlier job's stays as it ran."""
+        script = self.params["script"]
+        kept = os.path.join(os.path.dirname(script), job_script_name(self.params["job_name"], job_id))
+        try:
+            os.link(script, kept, follow_symlinks=False)
+        except OSError as error:
+            self.module.warn(f"job {job_id}'s script is not kept as {kept}: {error.strerror}")
 
     def run_taken_afresh(self):
         """Whether staging took a new run now: its directory, in the script, did not exist before

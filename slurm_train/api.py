@@ -81,7 +81,7 @@ def _common(extravars, user):
 def _job_result(run):
     """The JobResult of the run's last slurm_job task with a job, and the outputs folder it wrote
     job.json into (its ``collected``)."""
-    res = run.last("slurm_job", lambda res: res.get("job_id") is not None)
+    res = run.last("hpc.slurm_train.slurm_job", lambda res: res.get("job_id") is not None)
     if res is None:
         return None
     collected = res.get("collected") or {}
@@ -180,7 +180,7 @@ def jobs(all=False, *, inventory=None, user=None, **extravars):  # jobs.yml's ow
     run = _jobs_playbook({"all": bool(all), **extravars}, user, inventory)
     if run.status != "successful":
         raise LaunchError(run.failure)
-    mine = run.last("slurm_job", lambda res: "jobs" in res)
+    mine = run.last("hpc.slurm_train.slurm_job", lambda res: "jobs" in res)
     if mine is None:
         raise LaunchError("jobs.yml listed no jobs (no slurm_job list result)")
     found = run.last("ansible.builtin.find", lambda res: "files" in res) or {}
@@ -229,3 +229,23 @@ def logs(job_id, on_line=None, *, inventory=None, user=None, **extravars):
             on_line(match.group(2))
 
     return _jobs_job_result("logs", job_id, extravars, user, inventory, each)
+
+
+def preflight(nodes=None, group=None, num_nodes=None, *, inventory=None, user=None, on_line=None, **extravars):
+    """Check the nodes a job would use: ``ansible-playbook preflight.yml -e nodes=...`` (or
+    ``group`` with ``num_nodes``; the other keywords as for launch()).
+
+    Returns the lines of its summary table (each node's checks, then the all-reduce's figures),
+    also written to outputs/preflight-<partition>.txt. LaunchError with the playbook's message
+    when a check failed (each problem names its node and the likely fix) or the playbook failed.
+    ``on_line(line)`` gets the progress lines of its all-reduce job, as launch()'s on_progress.
+    """
+    values = _common({"nodes": nodes, "group": group, "num_nodes": num_nodes, "preflight": True, **extravars}, user)
+    _rules.check_keys(values, inventory_path(inventory))
+    run = run_playbook("preflight.yml", values, inventory, on_line)
+    if run.status != "successful":
+        raise LaunchError(run.failure)
+    summary = run.last("ansible.builtin.debug", lambda res: isinstance(res.get("msg"), list))
+    if summary is None:
+        raise LaunchError("preflight.yml ended without its summary")
+    return list(summary["msg"])

@@ -111,7 +111,7 @@ def test_jobs_lists_follows_a_log_refuses_bobs_cancel_and_cancels(cluster, tmp_p
         job = json.loads((folder / "job.json").read_text())
         assert (job["job_id"], job["state"], job["run"]) == (running_id, "CANCELLED", 1)
         assert "[rank0] step=" in (folder / f"{long_name}-{running_id}.out").read_text(), "the log was collected"
-        assert (folder / f"{long_name}.sbatch").exists()
+        assert (folder / f"{long_name}-{running_id}.sbatch").exists()
         assert "CANCELLED" in (folder / "summary.txt").read_text() and f"{running_id} ({long_name})" in cancelled.stdout
         record = json.loads((cluster.nas / "jobs" / "alice" / long_name / "runs" / "1" / "run.json").read_text())
         assert (record["job_id"], record["state"].split()[0]) == (running_id, "CANCELLED")

@@ -34,7 +34,7 @@ def test_static_rendezvous_job_trains_four_ranks_and_collects_its_outputs(cluste
     assert re.search(r"^.*python /starmap/nas/anaconda3/envs/\.magicdrivedit-[0-9a-f]{16}/bin/python$", log, re.M), log
     assert "CUDA_HOME=/starmap/nas/cuda/cuda-11.8" in log
     assert "env: NCCL_SOCKET_IFNAME==eth0" in log and "env: NCCL_IB_DISABLE=1" in log
-    script = (folder / f"{name}.sbatch").read_text()
+    script = (folder / f"{name}-{job['job_id']}.sbatch").read_text()
     for directive in ("--partition=gpu_A6000", "--nodes=2", "--nodelist=node[110-111]", "--gres=gpu:8",
                       "--ntasks-per-node=1", "--cpus-per-task=16", "--open-mode=append", f"--job-name={name}"):
         assert f"#SBATCH {directive}\n" in script
@@ -50,7 +50,7 @@ def test_c10d_rendezvous_on_a_node_group_and_count(cluster, tmp_path):
     assert (job["state"], job["exit_code"], sorted(job["nodes"])) == ("COMPLETED", 0, ["node110", "node111"])
     log = (folder / f"{name}-{job['job_id']}.out").read_text()
     assert "rendezvous c10d" in log and "[rank0] allreduce_check sum=6 expected=6 ok" in log
-    assert "--nodelist" not in (folder / f"{name}.sbatch").read_text(), "Slurm picks the group's nodes"
+    assert "--nodelist" not in (folder / f"{name}-{job['job_id']}.sbatch").read_text(), "Slurm picks the group's nodes"
 
 
 def test_one_failing_rank_fails_the_job_fast_with_its_exit_code(cluster, tmp_path):

@@ -62,7 +62,7 @@ def test_job_on_an_accounting_cluster_completes_and_sacct_has_it(accounting_clus
     assert proc.returncode == 0, proc.stdout + proc.stderr
     folder, job = outputs_of(tmp_path, name)
     assert (job["state"], job["exit_code"], job["nodes"]) == ("COMPLETED", 0, ["acct-g1", "acct-g2"])
-    assert "--gres=gpu:2" in (folder / f"{name}.sbatch").read_text()
+    assert "--gres=gpu:2" in (folder / f"{name}-{job['job_id']}.sbatch").read_text()
     assert "[rank0] world_size=2 backend=gloo" in (folder / f"{name}-{job['job_id']}.out").read_text()
     sacct = eventually(lambda: accounting_cluster.slurm("sacct", "-X", "-n", "-P", "-j", str(job["job_id"]),
                                                         "-o", "JobName,Partition,State,ExitCode").stdout)

@@ -30,7 +30,7 @@ def test_the_job_runs_the_staged_code_which_the_nodes_see_and_the_checkout_they_
     code = job["code"]
     staged = f"/starmap/nas/jobs/alice/{name}/code/{code['hash']}"
     assert code["source"] == "git" and len(code["git_commit"]) == 40 and code["copied"] is True
-    script = (folder / f"{name}.sbatch").read_text()
+    script = (folder / f"{name}-{job['job_id']}.sbatch").read_text()
     assert f"{staged}/train_ddp.py" in script and str(REPO) not in script
     assert "[rank0] training complete steps=4" in (folder / f"{name}-{job['job_id']}.out").read_text()
     for host in ("node110", "login01"):

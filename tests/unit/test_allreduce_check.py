@@ -1,6 +1,5 @@
 """The preflight's all-reduce program (roles/slurm_launch/files/allreduce_check.py): its figures,
 its input checks, and a real run under torchrun (2 CPU processes, gloo)."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,9 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 PROGRAM = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "files" / "allreduce_check.py"
-spec = importlib.util.spec_from_file_location("allreduce_check", PROGRAM)
-allreduce_check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(allreduce_check)
+from ansible_collections.hpc.slurm_train.roles.slurm_launch.files import allreduce_check
 
 
 def test_bus_bandwidth_is_nccl_tests_ring_factor():

@@ -2,7 +2,6 @@
 the playbook's own rule gives (the slurm_launch_extra_vars plugin's, the job_value_problems
 filter's), and ansible-runner is never called; and what a run's events turn into."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -12,26 +11,15 @@ import yaml
 
 from conftest import PROJECT_ROOT
 
-if str(PROJECT_ROOT) not in sys.path:
-    sys.path.insert(0, str(PROJECT_ROOT))
-
-import slurm_train  # noqa: E402
-from slurm_train import _playbook, _rules  # noqa: E402
+import slurm_train
+from slurm_train import _playbook, _rules
 
 ROLE = PROJECT_ROOT / "roles" / "slurm_launch"
 TRAINER = str(PROJECT_ROOT / "examples" / "train_ddp.py")
 
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# The rules as the playbook loads them, independently of slurm_train's own loading.
-extra_vars = _load("test_api_extra_vars", ROLE / "action_plugins" / "slurm_launch_extra_vars.py")
-train_job = _load("test_api_train_job", PROJECT_ROOT / "roles" / "cluster" / "filter_plugins" / "train_job.py")
+# The rules as the playbook imports them.
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as extra_vars  # noqa: E402
+from ansible_collections.hpc.slurm_train.plugins.filter import train_job  # noqa: E402
 
 
 @pytest.fixture
@@ -58,7 +46,7 @@ def test_a_misspelt_key_raises_the_playbooks_message_with_its_suggestion(nothing
         slurm_train.launch(script=TRAINER, nodes="node110,node111", wiat=False)
     message = str(raised.value)
     assert message.startswith("Unknown -e key: -e wiat (did you mean 'wait'?). A launch reads: script, ")
-    prefixed = _rules.prefixed_variables(_playbook.DEFAULT_INVENTORY)
+    prefixed = _rules.prefixed_variables(_playbook.CHECKOUT_INVENTORY)
     assert message == playbook_unknown_message(["script", "nodes", "wiat"], prefixed)
 
 
@@ -66,7 +54,7 @@ def test_a_key_close_to_an_inventory_variable_is_pointed_to_it(nothing_runs):
     with pytest.raises(ValueError) as raised:
         slurm_train.launch(script=TRAINER, nodes="node110", nas_root="/nas")
     assert str(raised.value).startswith("Unknown -e key: -e nas_root (did you mean 'cluster_nas_root'?).")
-    assert "cluster_nas_root" in _rules.prefixed_variables(_playbook.DEFAULT_INVENTORY)
+    assert "cluster_nas_root" in _rules.prefixed_variables(_playbook.CHECKOUT_INVENTORY)
 
 
 def test_several_unknown_keys_are_all_named(nothing_runs):
@@ -94,7 +82,7 @@ def test_a_bad_value_raises_the_job_value_problems_message(nothing_runs, given, 
     assert str(raised.value) == f"{'; '.join(problems)}."
 
 
-sweep = _load("test_api_sweep", ROLE / "filter_plugins" / "sweep.py")
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep  # noqa: E402
 
 
 @pytest.mark.parametrize("given", [
@@ -199,7 +187,7 @@ def test_a_job_that_ran_and_failed_raises_job_failed_with_its_collected_result(m
     def run(**kwargs):
         handler = kwargs["event_handler"]
         # The task that followed the job wrote its outputs, and failed for it.
-        handler({"event": "runner_on_failed", "event_data": {"task_action": "slurm_job", "res": {
+        handler({"event": "runner_on_failed", "event_data": {"task_action": "hpc.slurm_train.slurm_job", "res": {
             "job_id": 9, "name": "train_ddp", "state": "FAILED", "exit_code": 1, "outcome": "failed", "final": True,
             "failed": True, "msg": "job 9 (train_ddp) ended FAILED, exit code 1",
             "collected": {"dest": str(outputs), "written": ["job.json", "summary.txt"]}}}})

@@ -2,7 +2,6 @@
 its rules (driver table, CUDA majors, GPU counts), its probes of version.json and nvidia-smi, and
 its exit code. nvidia-smi here is the local cluster's stand-in (tests/standins/gpu/bin/nvidia-smi,
 which follows the output format of NVIDIA's nvidia-smi documentation for --query-gpu)."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,9 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "roles" / "slurm_launch" / "files" / "gpu_check.py"
-spec = importlib.util.spec_from_file_location("gpu_check", PROGRAM)
-gpu_check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_check)
+from ansible_collections.hpc.slurm_train.roles.slurm_launch.files import gpu_check
 STANDIN_SMI = REPO / "tests" / "standins" / "gpu" / "bin" / "nvidia-smi"
 
 

@@ -1,7 +1,6 @@
 """The job_dir module (a user's private job directory on a shared NAS, code staged into it) and
 the controller side of its action plugin (which files are staged, their hash, the size limit)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,13 +12,10 @@ import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
-import job_dir
-import job_dirs
+from ansible_collections.hpc.slurm_train.plugins.modules import job_dir
+from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs
 
-ACTION = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "action_plugins" / "job_dir.py"
-spec = importlib.util.spec_from_file_location("job_dir_action", ACTION)
-action = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(action)
+from ansible_collections.hpc.slurm_train.plugins.action import job_dir as action
 
 OTHER_UID = 4242  # a user who is not the one running the tests
 
@@ -375,10 +371,16 @@ def test_a_directory_another_user_made_in_its_place_meanwhile_is_refused(monkeyp
 
 # Runs: a job name is an experiment, each launch a run in runs/<id>/. The records are written
 # as templates/train.sbatch.j2 writes them at the job's end (and collect.yml with Slurm's state).
-def ended(jobs, run_id, state, exit_code=0, step=None):
+# A run's request.json as a launch of run()'s request records it (code_hash added by the staging).
+LAUNCH_REQUEST = {"code_hash": ""}
+
+
+def ended(jobs, run_id, state, exit_code=0, step=None, request=LAUNCH_REQUEST):
     run_dir = jobs / user() / "train" / "runs" / str(run_id)
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     (run_dir / "run.json").write_text(json.dumps({"job_id": 100 + run_id, "state": state, "exit_code": exit_code}))
+    if request is not None:
+        (run_dir / "request.json").write_text(json.dumps(request))
     if step is not None:
         (run_dir / "checkpoints").mkdir(exist_ok=True)
         (run_dir / "checkpoints" / "checkpoint.json").write_text(json.dumps({"step": step}))
@@ -403,7 +405,7 @@ def test_a_finished_run_is_not_resumed_the_next_is_fresh(tmp_path, jobs, state, 
     ended(jobs, 2, state, exit_code, step=30)
     result = run(tmp_path, resume="auto")
     assert (result["run_id"], result["resumed"], result["resumed_step"]) == (3, False, None)
-    assert result["run_reason"] == f"run 2 ended {state.split()[0]}"
+    assert result["run_reason"] == f"run 2 of this request ended {state.split()[0]}"
     assert (jobs / user() / "train" / "runs" / "3").is_dir()
 
 
@@ -441,6 +443,114 @@ def test_a_fresh_run_id_already_taken_by_a_concurrent_launch_goes_to_the_next(tm
     assert run(tmp_path, resume="auto")["run_id"] == 3
 
 
+# A run belongs to one request: the script, its arguments, the sweep, env names, shape, code.
+VARIANT = {"script": "train.py", "script_args": ["--steps", "40", "--lr", "0.1"], "sweep": [], "env_names": [],
+           "num_nodes": 2, "nproc_per_node": 1, "gpus_per_node": 0}
+OTHER = {**VARIANT, "script_args": ["--steps", "40", "--lr", "0.01"]}
+
+
+def recorded(request, code_hash=""):
+    return {**request, "code_hash": code_hash}
+
+
+def test_a_fresh_run_records_its_request_and_a_second_variant_launched_meanwhile_gets_its_own_run(tmp_path, jobs):
+    first = run(tmp_path, resume="auto", request=VARIANT)
+    runs = jobs / user() / "train" / "runs"
+    assert json.loads((runs / "1" / "request.json").read_text()) == recorded(VARIANT)
+    assert (runs / "1" / "request.json").stat().st_mode & 0o777 == 0o600
+    # Run 1 has recorded no end (its job pending or running): another request does not take it.
+    second = run(tmp_path, resume="auto", request=OTHER)
+    assert (second["run_id"], second["resumed"]) == (2, False)
+    assert second["other_request"] == second["run_reason"] == "run 1 is another request: --lr 0.1, not --lr 0.01"
+    assert json.loads((runs / "2" / "request.json").read_text()) == recorded(OTHER)
+    # The same request again while its job runs: that run, whose job the launch then finds.
+    again = run(tmp_path, resume="auto", request=VARIANT)
+    assert (first["run_id"], again["run_id"], again["resumed"]) == (1, 1, True)
+    assert again["other_request"] == "run 2 is another request: --lr 0.01, not --lr 0.1"
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"script_args": ["--steps", "40", "--lr", "0.1", "--seed", "2"]}, "(none), not --seed 2"),
+    ({"script": "other.py"}, "script train.py, not other.py"),
+    ({"sweep": [[["lr", "0.1"]], [["lr", "0.2"]]]}, 'sweep (none), not [[["lr", "0.1"]], [["lr", "0.2"]]]'),
+    ({"env_names": ["HF_TOKEN"]}, "env_names (none), not HF_TOKEN"),
+    ({"num_nodes": 4}, "num_nodes 2, not 4"),
+    ({"nproc_per_node": 2}, "nproc_per_node 1, not 2"),
+])
+def test_each_part_of_the_request_makes_another_run_and_is_named(tmp_path, jobs, change, said):
+    ended(jobs, 1, "TIMEOUT", step=22, request=recorded(VARIANT))
+    result = run(tmp_path, resume="auto", request={**VARIANT, **change})
+    assert (result["run_id"], result["resumed"]) == (2, False)
+    assert result["run_reason"] == f"run 1 is another request: {said}"
+
+
+def test_other_code_is_another_request(tmp_path, jobs):
+    ended(jobs, 1, "TIMEOUT", step=22, request=recorded(VARIANT, code_hash="ab12cd34"))
+    (jobs / user() / "train" / "code" / "ef56ab78").mkdir(parents=True)
+    # Staged as a launch stages code: with its (here empty) read-only manifest beside it.
+    (jobs / user() / "train" / "code" / "ef56ab78.manifest").write_text("")
+    (jobs / user() / "train" / "code" / "ef56ab78.manifest").chmod(0o400)
+    result = run(tmp_path, resume="auto", request=VARIANT, code_hash="ef56ab78")
+    assert (result["run_id"], result["run_reason"]) == (2, "run 1 is another request: code_hash ab12cd34, not ef56ab78")
+
+
+def test_a_variant_stopped_short_is_resumed_by_its_own_request_after_another_variants_run(tmp_path, jobs):
+    ended(jobs, 1, "TIMEOUT", step=22, request=recorded(VARIANT))
+    ended(jobs, 2, "COMPLETED", step=40, request=recorded(OTHER))
+    result = run(tmp_path, resume="auto", request=VARIANT)
+    assert (result["run_id"], result["resumed"], result["resumed_step"]) == (1, True, 22)
+    assert result["other_request"] == "run 2 is another request: --lr 0.01, not --lr 0.1"
+    # The other variant's run completed: a launch of it is a fresh run, which says so.
+    fresh = run(tmp_path, resume="auto", request=OTHER)
+    assert (fresh["run_id"], fresh["resumed"], fresh["run_reason"]) == (3, False, "run 2 of this request ended COMPLETED")
+
+
+def test_a_run_without_a_recorded_request_is_not_resumed_by_auto(tmp_path, jobs):
+    ended(jobs, 1, "TIMEOUT", step=22, request=None)
+    result = run(tmp_path, resume="auto", request=VARIANT)
+    assert (result["run_id"], result["run_reason"]) == (2, "run 1 is another request: it recorded no request")
+
+
+def test_resume_of_a_run_of_another_request_is_refused_naming_the_difference_unless_forced(tmp_path, jobs):
+    ended(jobs, 1, "TIMEOUT", step=22, request=recorded(VARIANT))
+    with pytest.raises(job_dirs.Refused, match=r"^resume=1: run 1 is another request: --lr 0\.1, not --lr 0\.01\. "
+                                               r"Launch it as it was, .* or force=true to resume run 1 with this request$"):
+        run(tmp_path, resume="1", request=OTHER)
+    assert sorted(p.name for p in (jobs / user() / "train" / "runs").iterdir()) == [".lock", "1"], "nothing made"
+    forced = run(tmp_path, resume="1", request=OTHER, force=True)
+    assert (forced["run_id"], forced["resumed"], forced["resumed_step"]) == (1, True, 22)
+    assert forced["request_differences"] == ["--lr 0.1, not --lr 0.01"]
+    assert json.loads((jobs / user() / "train" / "runs" / "1" / "request.json").read_text()) == recorded(VARIANT)
+    assert run(tmp_path, resume="1", request=VARIANT)["request_differences"] == []
+
+
+def test_the_runs_lock_is_held_until_released_and_another_process_waits_for_it(tmp_path, jobs):
+    stage = {name: spec.get("default") for name, spec in job_dir.ARGUMENT_SPEC.items()}
+    stage.update(jobs_root=str(jobs), job_name="train", resume="auto", request=VARIANT)
+    job_dirs.stage(stage, False)
+    lock = jobs / user() / "train" / "runs" / ".lock"
+    probe = ["python3", "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+             "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", str(lock)]
+    try:
+        held = subprocess.run(probe, capture_output=True, text=True)
+        assert held.returncode != 0 and "BlockingIOError" in held.stderr, "another launch must wait"
+    finally:
+        job_dirs.release_runs_lock()
+    assert subprocess.run(probe).returncode == 0, "released: the next launch goes on"
+    assert lock.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_planted_runs_lock_of_another_user_is_refused(tmp_path, jobs):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to plant another user's file")
+    ended(jobs, 1, "COMPLETED")
+    lock = jobs / user() / "train" / "runs" / ".lock"
+    lock.write_text("")
+    os.chown(lock, OTHER_UID, OTHER_UID)
+    with pytest.raises(job_dirs.Refused, match=r"runs/\.lock belongs to another user: remove it"):
+        run(tmp_path, resume="auto")
+
+
 SCRIPT = {"name": "train.sbatch", "content": "#!/bin/bash\necho hi\n", "mode": "0600"}
 CHECK = {"name": "gpu_check.py", "content": "print('ok')\n", "mode": "0644"}
 
@@ -451,7 +561,8 @@ def test_the_job_files_are_written_into_the_run_with_their_modes_and_not_rewritt
     assert (result["run_dir"], result["files_written"]) == (str(run_dir), ["gpu_check.py", "train.sbatch"])
     assert (run_dir / "train.sbatch").read_text() == SCRIPT["content"]
     assert [(run_dir / name).stat().st_mode & 0o777 for name in ("train.sbatch", "gpu_check.py")] == [0o600, 0o644]
-    assert sorted(p.name for p in run_dir.iterdir()) == ["gpu_check.py", "train.sbatch"], "no partial file is left"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["gpu_check.py", "request.json", "train.sbatch"], \
+        "no partial file is left"
     again = run(tmp_path, resume="1", files=[SCRIPT, CHECK])
     assert (again["changed"], again["files_written"]) == (False, [])
     changed = run(tmp_path, resume="1", files=[{**SCRIPT, "content": "#!/bin/bash\necho new\n"}, {**CHECK, "mode": "0600"}])

@@ -1,13 +1,12 @@
 """job_outputs (the slurm_job action plugin's collect): a finished job's outputs written on the
-controller from the module's last answer, a file it did not return fetched over the open
-connection, job.json and summary.txt made there, the summary shown, and a job that did not
+controller from the module's last answer (a file it did not return is never fetched instead),
+job.json and summary.txt made there, 0700/0600, the summary shown, and a job that did not
 succeed given its failure message; check mode writes nothing; a rerun changes nothing.
 
 The submit host is a stand-in: its fetch_file copies a file of this machine, as the ssh
-connection's sftp transfer does, and raises as that transfer does for a file that is not there."""
+connection's sftp transfer does (following links), so that a fetch would show."""
 
 import base64
-import importlib.util
 import json
 import shutil
 from types import SimpleNamespace
@@ -17,10 +16,7 @@ from ansible.errors import AnsibleError
 
 from conftest import PROJECT_ROOT
 
-PLUGIN = PROJECT_ROOT / "roles" / "slurm_launch" / "action_plugins" / "job_outputs.py"
-spec = importlib.util.spec_from_file_location("job_outputs_under_test", PLUGIN)
-job_outputs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(job_outputs)
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import job_outputs
 
 
 class SubmitHost:
@@ -54,7 +50,7 @@ def nas(tmp_path):
     run = tmp_path / "nas" / "jobs" / "alice" / "train" / "runs" / "1"
     run.mkdir(parents=True)
     (run / "train-7.out").write_text("[rank0] training complete\n")
-    (run / "train.sbatch").write_text("#!/bin/bash\n")
+    (run / "train-7.sbatch").write_text("#!/bin/bash\n")
     return run
 
 
@@ -84,12 +80,12 @@ def collect(tmp_path, job, check_mode=False, **options):
 
 def test_the_files_the_module_returned_are_written_with_no_transfer_and_the_summaries_made(tmp_path, nas):
     job = finished(nas, collected_files={str(nas / name): base64.b64encode((nas / name).read_bytes()).decode()
-                                         for name in ("train-7.out", "train.sbatch")})
+                                         for name in ("train-7.out", "train-7.sbatch")})
     (nas / "train-7.out").write_text("changed on the NAS since the module read it\n")
     collected, failure, host, shown = collect(tmp_path, job)
     outputs = tmp_path / "outputs" / "train-7"
     assert (collected["dest"], collected["changed"], failure, host.fetched) == (str(outputs), True, None, [])
-    assert sorted(p.name for p in outputs.iterdir()) == ["job.json", "summary.txt", "train-7.out", "train.sbatch"]
+    assert sorted(p.name for p in outputs.iterdir()) == ["job.json", "summary.txt", "train-7.out", "train-7.sbatch"]
     assert (outputs / "train-7.out").read_text() == "[rank0] training complete\n", "what the module read"
     record = json.loads((outputs / "job.json").read_text())
     assert (record["state"], record["run"], record["run_line"], record["failed_nodes"]) == ("COMPLETED", 1, "fresh run 1", "")
@@ -99,18 +95,47 @@ def test_the_files_the_module_returned_are_written_with_no_transfer_and_the_summ
     assert shown.lines[:4] == ["job        7 (train)", "run        fresh run 1", "state      COMPLETED, exit code 0",
                                "nodes      node110,node111"]
     assert "code       code abc123 (3 files) copied to the NAS" in shown.lines
-    assert outputs.stat().st_mode & 0o777 == 0o755
+    assert outputs.stat().st_mode & 0o777 == 0o700
+    assert {path.name: path.stat().st_mode & 0o777 for path in outputs.iterdir()} == dict.fromkeys(
+        ["job.json", "summary.txt", "train-7.out", "train-7.sbatch"], 0o600)
     again, _, _, _ = collect(tmp_path, job)
     assert again["changed"] is False, "a rerun changes nothing"
 
 
-def test_a_file_the_module_did_not_return_comes_over_the_connection_and_one_missing_is_left_out(tmp_path, nas):
-    job = finished(nas, tasks=[{"task": 0, "state": "COMPLETED", "exit_code": 0, "stdout_path": str(nas / "train-7_0.out")}],
-                   tasks_done=1, tasks_total=1)
-    collected, _, host, _ = collect(tmp_path, job, private=True)
-    assert host.fetched == [str(nas / name) for name in ("train-7.out", "train.sbatch", "train-7_0.out", "sweep.tsv")]
-    assert collected["not_fetched"] == [str(nas / "train-7_0.out"), str(nas / "sweep.tsv")]
-    assert (tmp_path / "outputs" / "train-7").stat().st_mode & 0o777 == 0o700, "the job's env may carry tokens"
+def test_a_file_the_module_did_not_return_is_never_fetched_and_the_summary_says_why(tmp_path, nas):
+    (tmp_path / "canary").write_text("root's alone\n")
+    (nas / "train-7.sbatch").unlink()
+    (nas / "train-7.sbatch").symlink_to(tmp_path / "canary")
+    log = nas / "train-7.out"
+    job = finished(nas, collected_files={str(log): base64.b64encode(b"complete\n").decode()},
+                   collected_truncated={str(log): 70000000},
+                   collected_skipped={str(nas / "train-7.sbatch"): "a link or not a directory on the way"})
+    collected, _, host, shown = collect(tmp_path, job)
+    outputs = tmp_path / "outputs" / "train-7"
+    assert host.fetched == [] and collected["not_fetched"] == [str(nas / "train-7.sbatch")]
+    assert sorted(path.name for path in outputs.iterdir()) == ["job.json", "summary.txt", "train-7.out"]
+    assert "cut        train-7.out: its last part only, 70000000 bytes on the NAS (over what a collect brings back)" \
+        in shown.lines
+    assert f"left out   {nas / 'train-7.sbatch'}: a link or not a directory on the way" in shown.lines
+
+
+def test_an_existing_folder_is_narrowed_and_a_link_in_it_replaced_not_followed(tmp_path, nas):
+    outputs = tmp_path / "outputs" / "train-7"
+    outputs.mkdir(parents=True, mode=0o755)
+    outputs.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("not to be written\n")
+    (outputs / "summary.txt").symlink_to(elsewhere)
+    collect(tmp_path, finished(nas))
+    assert outputs.stat().st_mode & 0o777 == 0o700
+    assert not (outputs / "summary.txt").is_symlink() and elsewhere.read_text() == "not to be written\n"
+
+
+def test_an_outputs_folder_that_is_a_link_is_refused(tmp_path, nas):
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "train-7").symlink_to(tmp_path)
+    with pytest.raises(AnsibleError, match="is not a directory \\(a link or a file is there\\)"):
+        collect(tmp_path, finished(nas))
 
 
 def test_only_the_jobs_own_directory_under_the_users_jobs_comes_back(tmp_path, nas):

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -319,3 +320,21 @@ def test_the_plan_takes_the_short_host_name_and_the_first_nodes_cluster_values(i
     assert (p.hostname, p.slurmctld_port) == ("login01", 16817)
     inventory["_meta"]["hostvars"]["node110"]["local_cluster_slurmctld_port"] = 17000
     assert plan().slurmctld_port == 17000
+
+
+def test_a_state_dir_reached_through_a_link_is_refused_before_anything_is_made(tmp_path, monkeypatch):
+    (tmp_path / "bobs").mkdir()
+    (tmp_path / "lib").symlink_to(tmp_path / "bobs")
+    state = tmp_path / "lib" / "local"
+    assert lc.state_dir_link(state) == tmp_path / "lib"
+    assert lc.state_dir_link(tmp_path / "bobs" / "local") is None
+    (tmp_path / "bobs" / "local").symlink_to(tmp_path / "bobs" / "keys")
+    assert lc.state_dir_link(tmp_path / "bobs" / "local") == tmp_path / "bobs" / "local"
+
+    def nothing_else(*_):
+        raise AssertionError("up went on past the state dir")
+
+    monkeypatch.setattr(lc, "check_prerequisites", nothing_else)
+    with pytest.raises(lc.ClusterError, match=f"is reached through a link: {tmp_path / 'lib'} -> {tmp_path / 'bobs'}"):
+        lc.up(SimpleNamespace(state=state), accounting=False)
+    assert sorted(path.name for path in (tmp_path / "bobs").iterdir()) == ["local"]

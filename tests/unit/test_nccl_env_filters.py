@@ -1,24 +1,15 @@
-"""Unit tests for roles/nccl_env/filter_plugins/nccl_env.py: merging and consistency checks,
+"""Unit tests for plugins/filter/nccl_env.py: merging and consistency checks,
 on the recorded sysfs trees read by nccl_network_facts."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from ansible_collections.hpc.slurm_train.plugins.filter import nccl_env
+from ansible_collections.hpc.slurm_train.plugins.modules import nccl_network_facts as facts
+
 REPO = Path(__file__).resolve().parents[2]
 SYSFS = Path(__file__).resolve().parent / "fixtures" / "sysfs"
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-nccl_env = _load("nccl_env_filters", REPO / "roles" / "nccl_env" / "filter_plugins" / "nccl_env.py")
-facts = _load("nccl_network_facts_for_filters", REPO / "library" / "nccl_network_facts.py")
 
 
 def node(name, tree, addresses, group="gpu", overrides=None, base=None):

@@ -2,7 +2,6 @@
 README.md: a DGX H100, the same with one compute rail down, an HGX with bonded RoCE v2 ports),
 and how the nccl_env role's group check judges nodes that disagree."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,16 +12,8 @@ from ansible.module_utils.testing import patch_module_args
 REPO = Path(__file__).resolve().parents[2]
 SYSFS = Path(__file__).resolve().parent / "fixtures" / "sysfs"
 
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-nccl = _load("nccl_network_facts_hw", REPO / "library" / "nccl_network_facts.py")
-nccl_env = _load("nccl_env_filters_hw", REPO / "roles" / "nccl_env" / "filter_plugins" / "nccl_env.py")
+from ansible_collections.hpc.slurm_train.plugins.filter import nccl_env  # noqa: E402
+from ansible_collections.hpc.slurm_train.plugins.modules import nccl_network_facts as nccl  # noqa: E402
 
 # Addresses as the role passes them from the gathered facts (sysfs holds none). On the DGX the
 # in-band management port enp41s0f0np0 holds the cluster address (ansible_host); storage ports,

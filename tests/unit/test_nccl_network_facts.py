@@ -1,7 +1,6 @@
 """Unit tests for library/nccl_network_facts.py against recorded sysfs trees."""
 
 import errno
-import importlib.util
 import json
 import os
 import socket
@@ -11,21 +10,9 @@ import ansible.module_utils._internal
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SYSFS_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sysfs"
 
-
-def _load_module():
-    # library/ is not a package; load the module file the way Ansible would find it.
-    spec = importlib.util.spec_from_file_location(
-        "nccl_network_facts", REPO_ROOT / "library" / "nccl_network_facts.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-nccl = _load_module()
+from ansible_collections.hpc.slurm_train.plugins.modules import nccl_network_facts as nccl  # noqa: E402
 
 DEFAULT_EXCLUDE = ["lo", "docker*", "veth*", "virbr*", "br-*"]
 

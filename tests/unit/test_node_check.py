@@ -19,7 +19,7 @@ SYSFS = PROJECT_ROOT / "tests" / "unit" / "fixtures" / "sysfs"
 STAGED = {  # what preflight_report.yml's job_dir task stages beside node_check.py
     "node_check.py": PROJECT_ROOT / "roles" / "slurm_launch" / "files" / "preflight" / "node_check.py",
     "nccl_network_facts.py": PROJECT_ROOT / "library" / "nccl_network_facts.py",
-    "nccl_env.py": PROJECT_ROOT / "roles" / "nccl_env" / "filter_plugins" / "nccl_env.py",
+    "nccl_env.py": PROJECT_ROOT / "plugins" / "filter" / "nccl_env.py",
     "gpu_check.py": PROJECT_ROOT / "roles" / "slurm_launch" / "files" / "gpu_check.py",
 }
 # As in test_nccl_hardware_trees.py: the DGX's in-band management port holds the cluster address;

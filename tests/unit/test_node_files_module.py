@@ -8,7 +8,7 @@ import pwd
 import stat
 
 import ansible.module_utils._internal
-import node_files
+from ansible_collections.hpc.slurm_train.plugins.modules import node_files
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
@@ -103,3 +103,18 @@ def test_a_directory_or_a_missing_parent_is_refused(capsys, tmp_path):
     assert run(capsys, [entry(tmp_path / "d", "x\n")])["msg"] == f"{tmp_path / 'd'} is not a regular file: refusing to replace it"
     missing = run(capsys, [entry(tmp_path / "nope" / "a.conf", "x\n")])
     assert missing["msg"] == f"{tmp_path / 'nope'} is not a directory: {tmp_path / 'nope' / 'a.conf'} cannot be written"
+
+
+def test_attributes_are_changed_through_a_descriptor_never_through_a_link(tmp_path):
+    # A link swapped in after the file was looked at: its target keeps its owner and mode.
+    target = tmp_path / "shadow"
+    target.write_text("root's\n")
+    target.chmod(0o600)
+    (tmp_path / "nccl.conf").symlink_to(target)
+    with pytest.raises(OSError):
+        node_files.set_attributes(str(tmp_path / "nccl.conf"), os.getuid(), os.getgid(), 0o666)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    regular = tmp_path / "plain.conf"
+    regular.write_text("x\n")
+    node_files.set_attributes(str(regular), os.getuid(), os.getgid(), 0o640)
+    assert stat.S_IMODE(regular.stat().st_mode) == 0o640

@@ -3,7 +3,7 @@ Slurm's), from sinfo's answers as recorded (fixtures/slurm/sinfo_nodes_*.txt) an
 parses them."""
 
 import pytest
-import slurm
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm
 
 
 

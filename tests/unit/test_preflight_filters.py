@@ -1,13 +1,9 @@
-"""roles/slurm_launch/filter_plugins/preflight.py: the preflight's problems and rows, from the
+"""plugins/filter/preflight.py: the preflight's problems and rows, from the
 records the node checks (files/preflight/node_check.py, run by Slurm on each node) write. The
 records here are shaped as node_check.py writes them; test_node_check.py runs it for real."""
-import importlib.util
 from pathlib import Path
 
-PLUGIN = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "filter_plugins" / "preflight.py"
-spec = importlib.util.spec_from_file_location("preflight_filters", PLUGIN)
-preflight = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(preflight)
+from ansible_collections.hpc.slurm_train.plugins.filter import preflight
 
 ETH0 = {"name": "eth0", "operstate": "up", "type": 1, "ipv4": ["10.0.0.1"], "virtual": False}
 

@@ -1,16 +1,12 @@
 """The runs filters: which run a launch was, in words (the summary's `run` line), and the table
 of a user's jobs that jobs.yml prints (Slurm's pending/running jobs with the collected ones)."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
-PLUGIN = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "filter_plugins" / "runs.py"
-spec = importlib.util.spec_from_file_location("runs_filter", PLUGIN)
-runs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(runs)
+from ansible_collections.hpc.slurm_train.plugins.filter import runs
 
 LOG = "/nas/jobs/alice/train_ddp/runs/{run}/train_ddp-{job}.out"
 
@@ -40,6 +36,13 @@ def test_run_of_path(path, run):
     ({"run_id": 2, "resumed": True, "resumed_step": None}, {}, "resumed run 2 (no checkpoint of it yet: it starts over)"),
     ({"run_id": 2, "resumed": True, "resumed_step": 4}, {"found_existing": True},
      "run 2, already pending or running: followed, not submitted again"),
+    ({"run_id": 2, "resumed": False, "other_request": "run 1 is another request: --lr 0.1, not --lr 0.01"}, {},
+     "fresh run 2 (run 1 is another request: --lr 0.1, not --lr 0.01)"),
+    ({"run_id": 1, "resumed": True, "resumed_step": 22, "other_request": "run 2 is another request: --lr 0.01, not --lr 0.1"},
+     {}, "resumed run 1 from its checkpoint at step 22 (run 2 is another request: --lr 0.01, not --lr 0.1)"),
+    ({"run_id": 1, "resumed": True, "resumed_step": 22, "request_differences": ["--steps 150, not --steps 30", "num_nodes 2, not 1"]},
+     {}, "resumed run 1 from its checkpoint at step 22 (force: it is another request: --steps 150, not --steps 30; "
+         "num_nodes 2, not 1)"),
     ({}, {"stdout_path": LOG.format(run=5, job=1)}, "run 5"),  # followed by job id
     ({"skipped": True}, {"stdout_path": "/home/alice/slurm-1.out"}, "-"),
 ])

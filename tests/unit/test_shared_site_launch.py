@@ -1,25 +1,14 @@
 """A launch on a shared site: what a request may put into the job script, and what of it others see."""
 
-import base64
-import importlib.util
 import os
 import shlex
 from pathlib import Path
 
 import pytest
-import slurm_job
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(f"_test_shared_site_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-train_job = _load("train_job", REPO / "roles" / "cluster" / "filter_plugins" / "train_job.py")
+from ansible_collections.hpc.slurm_train.plugins.filter import cluster_rules as cluster_rules_filters
+from ansible_collections.hpc.slurm_train.plugins.filter import train_job
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 
 
 @pytest.mark.parametrize("name", ["BASH_ENV", "ENV", "IFS", "PATH", "SLURM_RESTART_COUNT", "SLURM_JOB_ID",
@@ -133,8 +122,8 @@ def test_env_from_takes_the_controllers_variable(script, monkeypatch):
 
 
 # Staged code (code/<hash>/) is run again by later launches: it must still be what its hash names.
+from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs  # noqa: E402
 from test_job_dir import action, jobs, pack_tree, run as stage, user  # noqa: E402,F401  (jobs: a fixture)
-import job_dirs  # noqa: E402
 
 
 def _real_hash(tmp_path, files):
@@ -180,47 +169,8 @@ def test_code_changed_in_place_after_staging_is_refused_naming_the_file(tmp_path
         stage(tmp_path, code_hash=code_hash, mode="0750")
 
 
-# What a follow, cancel or collect writes on the controller: private as the job is.
-from test_job_outputs import collect, finished, nas  # noqa: E402,F401  (nas: a fixture)
-
-
-def test_a_job_private_by_its_own_files_is_collected_private_whoever_asks(tmp_path, nas):
-    returned = {str(nas / name): base64.b64encode((nas / name).read_bytes()).decode()
-                for name in ("train-7.out", "train.sbatch")}
-    # A follow by id (-e job_id=N) without the token: the module says the job's files are private.
-    collect(tmp_path, finished(nas, collected_files=returned, private=True), private=False)
-    outputs = tmp_path / "outputs" / "train-7"
-    assert outputs.stat().st_mode & 0o777 == 0o700
-    assert {p.name: p.stat().st_mode & 0o777 for p in outputs.iterdir()} == {
-        "job.json": 0o600, "summary.txt": 0o600, "train-7.out": 0o600, "train.sbatch": 0o600}
-    # A later collect of a job not private leaves the folder as narrow as it is.
-    collect(tmp_path, finished(nas, collected_files=returned), private=False)
-    assert outputs.stat().st_mode & 0o777 == 0o700
-
-
-def test_the_module_says_private_when_a_collected_file_is_for_the_user_alone(tmp_path):
-    run_dir = tmp_path / "jobs" / "alice" / "t" / "runs" / "1"
-    run_dir.mkdir(parents=True)
-    (run_dir / "t.sbatch").write_text("export HF_TOKEN=x\n")
-    (run_dir / "t-5.out").write_text("log\n")
-    (run_dir / "t.sbatch").chmod(0o600)
-    (run_dir / "t-5.out").chmod(0o644)
-    seen = {}
-    runner = slurm_job.SlurmJobRunner.__new__(slurm_job.SlurmJobRunner)
-    runner.result = {"user": "alice", "stdout_path": str(run_dir / "t-5.out"), "name": "t", "outcome": "succeeded",
-                     "private": False}
-    runner.params = {"collect_files": True, "run_records": str(tmp_path / "jobs")}
-    runner.collect()
-    seen["private"] = runner.result["private"]
-    (run_dir / "t.sbatch").chmod(0o644)
-    runner.result["private"] = False
-    runner.collect()
-    assert (seen["private"], runner.result["private"]) == (True, False)
-
-
 def test_provision_names_a_users_job_directory_someone_else_made():
-    filters = _load("cluster_rules_filters", REPO / "roles" / "cluster" / "filter_plugins" / "cluster_rules.py")
-    foreign = filters.FilterModule().filters()["cluster_foreign_user_dirs"]
+    foreign = cluster_rules_filters.FilterModule().filters()["cluster_foreign_user_dirs"]
     stats = [
         {"item": "alice", "stat": {"exists": True, "isdir": True, "islnk": False, "pw_name": "alice", "path": "/j/alice"}},
         {"item": "bob", "stat": {"exists": False}},

@@ -1,8 +1,10 @@
 """library/slurm_job.py following a job array (a sweep) as one job, from the recorded array of
 fixtures/slurm/README.md (array 5, four tasks, at most two at once, task 2 failing)."""
 
+import os
+import pwd
 import pytest
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 from test_slurm_job_module import clock, run_module, slurm_cli  # noqa: F401
 
 RECORDED_DIR = "/var/lib/ansible-slurm-train/local/nas/jobs/alice/arrtest"
@@ -43,7 +45,8 @@ def test_an_array_is_followed_until_every_task_is_final_and_fails_as_its_failed_
             result["log_task"]) == (5, "FAILED", True, 4, 4, 2)
     assert result["stdout_path"] == f"{tmp_path}/sweep-rec-5_2.out"
     assert result["log_tail"] == ["training step finished (2)"]
-    assert result["user"] == "alice" and result["nodes"] == ["node110", "node111"]  # every task's
+    # The user who submitted it (the module's), not the record's UserId; the nodes are every task's.
+    assert result["user"] == pwd.getpwuid(os.geteuid()).pw_name and result["nodes"] == ["node110", "node111"]
     assert [(task["task"], task["job_id"], task["state"], task["exit_code"], task["final"], task["log_last_line"])
             for task in result["tasks"]] == [
         (0, 6, "COMPLETED", 0, True, "training step finished (0)"), (1, 7, "COMPLETED", 0, True, "training step finished (1)"),
@@ -53,6 +56,7 @@ def test_an_array_is_followed_until_every_task_is_final_and_fails_as_its_failed_
 
 
 def test_a_task_ending_ends_a_progress_slice_and_the_next_carries_on(slurm_cli, clock, array_output):
+    slurm_cli.identity = "0|sweep-rec\n0|sweep-rec\n"  # a line per task squeue lists
     slurm_cli.answer(SCONTROL_5, out=array_output("pending"))
     slurm_cli.answer(SCONTROL_5, out=array_output("running"))
     outcome = run_module({"job_id": 5, "return_on_change": True, "timeout": 30})
@@ -102,6 +106,7 @@ def test_an_array_only_accounting_knows_is_one_job_of_its_tasks_with_their_logs(
 
 def test_one_task_asked_for_by_its_own_id_is_a_plain_job(slurm_cli, clock, array_output):
     one = next(line for line in array_output("final").splitlines() if line.startswith("JobId=8 "))
+    slurm_cli.identity = "0|sweep-rec\n"
     slurm_cli.answer(["scontrol", "show", "job", "-o", "8"], out=one + "\n")
     result = run_module({"state": "query", "job_id": 8}).result
     assert (result["job_id"], result["state"], result["tasks"], result["tasks_total"]) == (8, "FAILED", None, None)

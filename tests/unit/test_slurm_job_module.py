@@ -13,7 +13,7 @@ import random
 import re
 
 import pytest
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
@@ -41,18 +41,33 @@ class ModuleExit(Exception):
         self.result = result
 
 
+# How the module asks who owns a job given by id (squeue's numeric user id and the exact name).
+IDENTITY = ["squeue", "-h", "-t", "all", "-j"]
+
+
 class ScriptedSlurm:
-    """run_command stand-in: each call must start with the expected argv, and gets its answer."""
+    """run_command stand-in: each call must start with the expected argv, and gets its answer.
+
+    The owner question of a job given by id (IDENTITY) that no test scripted is answered with
+    ``identity`` (root's job train-ddp, as the recordings' jobs are) and kept in
+    ``identity_calls``, so that the scenarios about following need not script it; a test about
+    owners scripts it, or sets ``identity`` to None to have it refused as unexpected."""
 
     def __init__(self):
         self.script = []
         self.calls = []
+        self.identity = "0|train-ddp\n"
+        self.identity_calls = []
 
     def answer(self, command, rc=0, out="", err=""):
         self.script.append((command, (rc, out, err)))
 
     def run_command(self, args, **kwargs):
         assert isinstance(args, list), f"run_command got {args!r}, not an argument list"
+        if (self.identity is not None and args[:len(IDENTITY)] == IDENTITY
+                and not (self.script and self.script[0][0][:len(IDENTITY)] == IDENTITY)):
+            self.identity_calls.append(args)
+            return 0, self.identity, ""
         self.calls.append({"argv": args, **kwargs})
         assert self.script, f"unexpected command {args}"
         expected, answer = self.script.pop(0)
@@ -335,7 +350,8 @@ def test_transient_error_is_retried_then_succeeds(slurm_cli, clock, job_output):
 
     outcome = run_module({"state": "query", "job_id": 1234})
 
-    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 3)
+    # The owner question (squeue), then three tries.
+    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 4)
     assert len(clock.sleeps) == 2
     assert 0.5 <= clock.sleeps[0] <= 0.55 and 1.0 <= clock.sleeps[1] <= 1.1
 
@@ -347,7 +363,7 @@ def test_persistent_controller_outage_fails_after_the_retries(slurm_cli, clock):
     assert outcome.failed is True
     assert outcome.result["msg"] == ("scontrol show job failed (rc=1): "
                                      "slurm_load_jobs error: Socket timed out on send/recv operation")
-    assert outcome.result["queries"] == 5
+    assert outcome.result["queries"] == 1 + 5
 
 
 def test_following_outlives_a_controller_restart(slurm_cli, clock, job_output):
@@ -357,7 +373,7 @@ def test_following_outlives_a_controller_restart(slurm_cli, clock, job_output):
         slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
     slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1})
-    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 10)
+    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 1 + 10)
     assert outcome.result["controller_outage_seconds"] > 0
 
 
@@ -718,10 +734,13 @@ def test_a_slice_of_following_ends_at_the_first_change_with_where_it_got(slurm_c
 
 def test_the_next_slice_carries_on_without_asking_at_once(slurm_cli, clock, job_output):
     slurm_cli.answer(SCONTROL, out=job_output("completed"))
-    previous = {"state": "RUNNING", "restarts": 0, "next_poll": 8.0, "marker": None, "log_offset": None}
+    previous = {"state": "RUNNING", "restarts": 0, "next_poll": 8.0, "marker": None, "log_offset": None,
+                "owner": {"uid": 0, "user": "root", "name": "train-ddp"}}
     outcome = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60, "progress_from": previous})
     assert clock.sleeps == [8.0], "the first look waits for the interval the previous slice had reached"
+    # The owner came with the previous slice: not asked again.
     assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 1)
+    assert slurm_cli.identity_calls == []
 
 
 def test_new_log_lines_are_the_complete_lines_since_the_offset(tmp_path):
@@ -972,7 +991,7 @@ def test_a_running_job_with_an_end_marker_is_asked_about_at_the_marked_interval(
     slurm_cli.answer(SCONTROL, out=job_output("running"))
     slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"job_id": 1234, "end_marker": str(tmp_path / ".%j.ended"), "marked_poll_interval": 45})
-    assert outcome.result["state"] == "COMPLETED" and outcome.result["queries"] == 3
+    assert outcome.result["state"] == "COMPLETED" and outcome.result["queries"] == 1 + 3  # the owner question first
     # Not 1, 2, 4, 8...: the marker would answer the end, so the safety looks are 45 s apart.
     assert sum(clock.sleeps) == pytest.approx(90) and max(clock.sleeps) <= slurm_job.MARKER_CHECK_INTERVAL
 
@@ -989,7 +1008,7 @@ def test_a_slice_with_no_look_due_carries_the_job_over_without_asking(slurm_cli,
     slurm_cli.answer(SCONTROL, out=job_output("running"))
     first = run_module({"job_id": 1234, "return_on_change": True, "timeout": 30,
                         "end_marker": str(tmp_path / ".%j.ended")}).result
-    assert (first["state"], first["queries"], first["timed_out"]) == ("RUNNING", 1, True)
+    assert (first["state"], first["queries"], first["timed_out"]) == ("RUNNING", 1 + 1, True)  # the owner, the job
     assert first["progress"]["next_look_at"] == pytest.approx(1000 + 60)
     second = run_module({"job_id": 1234, "return_on_change": True, "timeout": 20, "progress_from": first["progress"],
                          "end_marker": str(tmp_path / ".%j.ended")}).result
@@ -1131,6 +1150,44 @@ def test_stage_writes_the_script_for_the_run_taken_and_submits_it_in_the_same_ru
     assert result["end_marker"] == f"{run_dir}/.%j.ended"
 
 
+def test_each_submitted_job_keeps_the_script_it_ran_and_a_later_job_of_the_run_changes_none(slurm_cli, clock,
+                                                                                           tmp_path, job_output):
+    """A run resumed by its own request (after its time limit) stages the run's script anew; the
+    earlier job's copy, under its own name, stays as that job ran."""
+    run_dir = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp" / "runs" / "1"
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    first = run_module(staged_request(tmp_path))
+    assert first.failed is False, first.result
+    (run_dir / "run.json").write_text(json.dumps({"job_id": 1234, "state": "TIMEOUT", "exit_code": 0}))
+    later = staged_request(tmp_path)
+    later["stage"]["files"][0]["content"] = STAGED_SCRIPT + "# time limit doubled\n"
+    slurm_cli.answer(SQUEUE)
+    slurm_cli.answer(["sbatch"], out="1240\n")
+    slurm_cli.answer([*SCONTROL[:4], "1240", "--local"], out=job_output("pending_resources"))
+
+    result = run_module(later).result
+
+    assert (result["staged"]["run_id"], result["staged"]["resumed"], result["submitted"]) == (1, True, True)
+    assert [argv[0] for argv in slurm_cli.argvs] == ["sbatch", "scontrol", "squeue", "sbatch", "scontrol"]
+    first, second = (run_dir / "train-ddp-1234.sbatch").read_text(), (run_dir / "train-ddp-1240.sbatch").read_text()
+    assert not first.endswith("# time limit doubled\n") and second.endswith("# time limit doubled\n")
+    assert (run_dir / "train-ddp.sbatch").read_text() == second
+
+
+def test_the_runs_lock_is_released_once_the_job_is_submitted(slurm_cli, clock, tmp_path, job_output):
+    import fcntl
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    result = run_module(staged_request(tmp_path)).result
+    lock = os.path.join(os.path.dirname(result["staged"]["run_dir"]), ".lock")
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError while it is held
+    finally:
+        os.close(fd)
+
+
 def test_a_resumed_run_is_looked_for_in_squeue_and_its_job_followed_not_submitted_again(slurm_cli, clock, tmp_path,
                                                                                        job_output):
     """A launch cut off after its sbatch leaves a run with no end record: the next one resumes
@@ -1228,15 +1285,18 @@ def test_collect_files_returns_the_finished_jobs_log_and_script_read_in_the_run_
     run_dir = run_record_job(tmp_path, job_output, slurm_cli)
     (run_dir / "train-ddp-1234.out").write_text("[rank0] training complete\n")
     (tmp_path / "secret").write_text("not the job's\n")
-    (run_dir / "train-ddp.sbatch").symlink_to(tmp_path / "secret")  # planted: not followed
+    (run_dir / "train-ddp-1234.sbatch").symlink_to(tmp_path / "secret")  # planted: not followed
     result = run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs"), "collect_files": True}).result
     assert {path: base64.b64decode(text) for path, text in result["collected_files"].items()} == {
         str(run_dir / "train-ddp-1234.out"): b"[rank0] training complete\n"}
-    # A file over what is left of the budget is left for the controller to fetch.
+    assert result["collected_skipped"] == {str(run_dir / "train-ddp-1234.sbatch"): "a link or not a directory on the way"}
+    # A file over what is left of the budget comes as its end, and is said to be cut.
     monkeypatch.setattr(slurm_job, "COLLECT_INLINE_MAX_BYTES", 10)
     slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(run_dir)))
-    assert run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs"), "collect_files": True}).result[
-        "collected_files"] == {}
+    cut = run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs"), "collect_files": True}).result
+    assert {path: base64.b64decode(text) for path, text in cut["collected_files"].items()} == {
+        str(run_dir / "train-ddp-1234.out"): b" complete\n"}
+    assert cut["collected_truncated"] == {str(run_dir / "train-ddp-1234.out"): 26}
     slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(run_dir)))
     assert run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")}).result["collected_files"] is None
 

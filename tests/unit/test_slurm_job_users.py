@@ -2,18 +2,20 @@
 job's umask, and the bounds of what a progress slice shows.
 
 The recorded jobs ran as root (UserId=root(0)), and root may act on any job; here the module
-runs as bob (uid 2002) and the record says who owns the job the way scontrol prints it
-(src/scontrol/info_job.c: "UserId=%s(%u)").
+runs as bob (uid 2002). Who owns a job is squeue's numeric %U (accounting's UID once slurmctld
+forgot the job); the record's UserId, which a job name can fake, is made to say otherwise.
 """
 
 import os
 from types import SimpleNamespace
 
 import pytest
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 from test_slurm_job_module import SCONTROL, clock, job_output, run_module, sbatch_argv, script, slurm_cli  # noqa: F401
 
 SACCTMGR = ["sacctmgr", "-n", "-P", "show", "user", "bob", "format=AdminLevel"]
+OWNER = ["squeue", "-h", "-t", "all", "-j", "1234", "-o", "%U|%j", "--local"]
+ACCOUNTING_OWNER = ["sacct", "-j", "1234", "-n", "-P", "-X", "-o", "UID"]
 SCANCEL = ["scancel", "1234"]
 REFUSAL = ("job 1234 belongs to alice, not to bob: only the job's own user, root or a Slurm operator may follow, "
            "collect or cancel it")
@@ -22,7 +24,14 @@ REFUSAL = ("job 1234 belongs to alice, not to bob: only the job's own user, root
 @pytest.fixture
 def as_bob(monkeypatch):
     monkeypatch.setattr(slurm_job.os, "geteuid", lambda: 2002)
-    monkeypatch.setattr(slurm_job.pwd, "getpwuid", lambda uid: SimpleNamespace(pw_name={2002: "bob"}[uid]))
+    monkeypatch.setattr(slurm_job.pwd, "getpwuid", lambda uid: SimpleNamespace(pw_name={2001: "alice", 2002: "bob"}[uid]))
+
+
+@pytest.fixture
+def owners(slurm_cli):
+    """Every owner question is scripted here."""
+    slurm_cli.identity = None
+    return slurm_cli
 
 
 def owned_by(record, user, uid):
@@ -32,42 +41,71 @@ def owned_by(record, user, uid):
 
 @pytest.mark.parametrize("state", ["absent", "query", "present"])
 def test_another_users_job_is_refused_naming_its_owner_before_anything_is_done(
-        slurm_cli, clock, as_bob, job_output, state):
-    slurm_cli.answer(SCONTROL, out=owned_by(job_output("running"), "alice", 2001))
+        owners, clock, as_bob, job_output, state):
+    owners.answer(OWNER, out="2001|train-ddp\n")
+    # The record's UserId says bob's: squeue's uid, which no job name can change, says alice's.
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "bob", 2002))
     # sacctmgr -n -P prints the AdminLevel column alone: "None" for a plain user.
-    slurm_cli.answer(SACCTMGR, out="None\n")
+    owners.answer(SACCTMGR, out="None\n")
     outcome = run_module({"state": state, "job_id": 1234})
     assert (outcome.failed, outcome.result["msg"]) == (True, REFUSAL)
-    assert slurm_cli.argvs == [SCONTROL, SACCTMGR]  # no scancel, no second look
+    assert owners.argvs == [OWNER, SCONTROL, SACCTMGR]  # no scancel, no second look
 
 
-def test_an_unanswered_admin_level_question_refuses_too(slurm_cli, clock, as_bob, job_output):
-    slurm_cli.answer(SCONTROL, out=owned_by(job_output("running"), "alice", 2001))
-    slurm_cli.answer(SACCTMGR, rc=1, err="sacctmgr: error: Problem talking to the database: Connection refused\n")
+def test_a_job_only_accounting_knows_is_refused_as_its_owners_too(owners, clock, as_bob, slurm_output):
+    owners.answer(OWNER, rc=1, err="slurm_load_jobs error: Invalid job id specified\n")
+    owners.answer(ACCOUNTING_OWNER, out="2001\n")
+    owners.answer(SCONTROL, rc=1, err="slurm_load_jobs error: Invalid job id specified\n")
+    owners.answer(["sacct", "--version"], out=slurm_output("22.05/sacct_version.txt"))
+    owners.answer(["sacct", "-j", "1234", "-n", "-P", "-D", "-X"],
+                  out="1234|train-ddp|COMPLETED|0:0|00:00:05|rec1|None|2026-12-02T14:36:18|2026-12-02T14:36:23|"
+                      "/nas/jobs/alice/train-ddp/runs/1|\n")
+    owners.answer(SACCTMGR, out="None\n")
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert (outcome.failed, outcome.result["msg"]) == (True, REFUSAL)
+    assert outcome.result["log_tail"] == []
+
+
+def test_a_job_whose_owner_nobody_can_tell_is_refused(owners, clock, as_bob, job_output):
+    owners.answer(OWNER, rc=1, err="slurm_load_jobs error: Invalid job id specified\n")
+    owners.answer(ACCOUNTING_OWNER, rc=1, err="sacct: error: Slurm accounting storage is disabled\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("completed"), "bob", 2002))  # gone from squeue: a race
+    owners.answer(SACCTMGR, out="None\n")
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.failed is True
+    assert outcome.result["msg"].startswith("job 1234: neither slurmctld nor accounting says whose job it is")
+
+
+def test_an_unanswered_admin_level_question_refuses_too(owners, clock, as_bob, job_output):
+    owners.answer(OWNER, out="2001|train-ddp\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "alice", 2001))
+    owners.answer(SACCTMGR, rc=1, err="sacctmgr: error: Problem talking to the database: Connection refused\n")
     outcome = run_module({"state": "absent", "job_id": 1234})
     assert (outcome.failed, outcome.result["msg"]) == (True, REFUSAL)
 
 
 @pytest.mark.parametrize("level", ["Operator", "Administrator"])
-def test_a_slurm_operator_may_cancel_another_users_job(slurm_cli, clock, as_bob, job_output, level):
-    slurm_cli.answer(SCONTROL, out=owned_by(job_output("running"), "alice", 2001))
-    slurm_cli.answer(SACCTMGR, out=f"{level}\n")
-    slurm_cli.answer(SCANCEL)
-    slurm_cli.answer(SCONTROL, out=owned_by(job_output("cancelled"), "alice", 2001))
-    slurm_cli.answer(SACCTMGR, out=f"{level}\n")  # each look at the job asks again
+def test_a_slurm_operator_may_cancel_another_users_job(owners, clock, as_bob, job_output, level):
+    owners.answer(OWNER, out="2001|train-ddp\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "alice", 2001))
+    owners.answer(SACCTMGR, out=f"{level}\n")
+    owners.answer(SCANCEL)
+    owners.answer(SCONTROL, out=owned_by(job_output("cancelled"), "alice", 2001))
     outcome = run_module({"state": "absent", "job_id": 1234})
     assert outcome.failed is False, outcome.result.get("msg")
-    assert (outcome.result["changed"], outcome.result["state"]) == (True, "CANCELLED")
-    assert slurm_cli.argvs == [SCONTROL, SACCTMGR, SCANCEL, SCONTROL, SACCTMGR]
+    assert (outcome.result["changed"], outcome.result["state"], outcome.result["user"]) == (True, "CANCELLED", "alice")
+    # A job's owner does not change: asked once.
+    assert owners.argvs == [OWNER, SCONTROL, SACCTMGR, SCANCEL, SCONTROL]
 
 
-def test_the_users_own_job_is_acted_on_without_asking_sacctmgr(slurm_cli, clock, as_bob, job_output):
-    slurm_cli.answer(SCONTROL, out=owned_by(job_output("running"), "bob", 2002))
-    slurm_cli.answer(SCANCEL)
-    slurm_cli.answer(SCONTROL, out=owned_by(job_output("cancelled"), "bob", 2002))
+def test_the_users_own_job_is_acted_on_without_asking_sacctmgr(owners, clock, as_bob, job_output):
+    owners.answer(OWNER, out="2002|train-ddp\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "bob", 2002))
+    owners.answer(SCANCEL)
+    owners.answer(SCONTROL, out=owned_by(job_output("cancelled"), "bob", 2002))
     outcome = run_module({"state": "absent", "job_id": 1234})
     assert (outcome.failed, outcome.result["state"]) == (False, "CANCELLED")
-    assert slurm_cli.argvs == [SCONTROL, SCANCEL, SCONTROL]
+    assert owners.argvs == [OWNER, SCONTROL, SCANCEL, SCONTROL]
 
 
 @pytest.fixture

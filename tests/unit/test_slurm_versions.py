@@ -2,9 +2,10 @@
 release from 22.05 to 25.11 prints: fixtures/slurm/<version>/, derived from SchedMD's sources
 at each release's tag (the README's table names the source line of each file)."""
 
+import os
 import pytest
-import slurm
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
@@ -63,6 +64,28 @@ def test_scontrol_show_job(output, version):
     assert job.get("Extra") == ("rack=a1" if at_least(version, "23.02") else None)
     assert job.get("SegmentSize") == ("2" if at_least(version, "25.05") else None)
     assert job.get("SubmitLine", "").startswith("sbatch --parsable") == at_least(version, "25.11")
+
+
+HOSTILE_NAME = ("x UserId=alice(2001) StdOut=/var/lib/ansible-slurm-train/rec/nas/jobs/alice/train/runs/1/train-1.out "
+                "Comment=")
+
+
+def test_a_job_name_shaped_like_fields_is_read_as_the_name_squeue_gives(output, version):
+    uid, name = slurm.parse_job_identity(output("squeue_job_identity.txt"))
+    assert (uid, name) == (2002, HOSTILE_NAME)
+    job = slurm.parse_scontrol_job(output("scontrol_show_job_hostile_name.txt"), job_name=name)
+    assert (job["name"], job["UserId"], job["stdout_path"], job["comment"], job["state"]) == (
+        HOSTILE_NAME, "bob(2002)", LOG, FINGERPRINT, "RUNNING")
+    assert job.get("SubmitLine", "").startswith(f"sbatch --parsable --job-name={HOSTILE_NAME} ") == at_least(
+        version, "25.11")
+    # Without the name, the record is read as the name says: why the owner is squeue's uid.
+    fooled = slurm.parse_scontrol_job(output("scontrol_show_job_hostile_name.txt"))
+    assert (fooled["name"], fooled["UserId"]) == ("x", "alice(2001)")
+
+
+def test_a_record_whose_name_is_not_squeues_is_refused(output):
+    with pytest.raises(slurm.JobNameMismatch, match="is not 'train-ddp', the name squeue gave"):
+        slurm.parse_scontrol_job(output("scontrol_show_job_hostile_name.txt"), job_name="train-ddp")
 
 
 def test_scontrol_show_job_of_a_forgotten_job(output):
@@ -151,11 +174,14 @@ class VersionedSlurm:
 
     def __call__(self, argv):
         self.argvs.append(argv)
-        if argv[:3] == ["scontrol", "show", "job"]:
+        if argv[:3] == ["scontrol", "show", "job"] or argv[0] == "squeue":
+            # squeue prints slurm_load_jobs()'s error as scontrol does
             return 1, "", self.output("scontrol_show_job_invalid_id.stderr")
         assert argv[0] == "sacct", argv
         if argv == ["sacct", "--version"]:
             return 0, self.output("sacct_version.txt"), ""
+        if argv[-2:] == ["-o", "UID"]:
+            return 0, f"{os.geteuid()}\n", ""
         old = not at_least(self.version, "24.05")
         if old and "--expand-patterns" in argv:
             return 1, "", self.output("sacct_expand_patterns_rejected.stderr")
@@ -213,4 +239,7 @@ def test_job_collected_after_min_job_age_gets_its_log(monkeypatch, tmp_path, out
     assert exited.failed is False, result["msg"]
     assert (result["state"], result["state_source"], result["stdout_path"], result["log_tail"]) == (
         "COMPLETED", "sacct", str(log), ["step 1", "training done"])
-    assert [argv[:2] for argv in cli.argvs] == [["scontrol", "show"], ["sacct", "--version"], ["sacct", "-j"]]
+    # Who owns it first (squeue no longer knows it: accounting's UID), then its record.
+    assert [argv[:2] for argv in cli.argvs] == [["squeue", "-h"], ["sacct", "-j"], ["scontrol", "show"],
+                                                ["sacct", "--version"], ["sacct", "-j"]]
+    assert cli.argvs[1] == ["sacct", "-j", "20", "-n", "-P", "-X", "-o", "UID"]

@@ -1,15 +1,11 @@
 """The one place a job's derived values come from, for launch.yml and the NAS job templates."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
-FILTER = Path(__file__).resolve().parents[2] / "roles" / "cluster" / "filter_plugins" / "train_job.py"
-spec = importlib.util.spec_from_file_location("train_job", FILTER)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
+from ansible_collections.hpc.slurm_train.plugins.filter import train_job as module
 
 
 def request(**overrides):

@@ -27,7 +27,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import nccl_env  # noqa: E402  (roles/nccl_env/filter_plugins/nccl_env.py, staged here)
+import nccl_env  # noqa: E402  (plugins/filter/nccl_env.py, staged here)
 import nccl_network_facts  # noqa: E402  (library/nccl_network_facts.py, staged here)
 import gpu_check  # noqa: E402  (files/gpu_check.py, the job's own GPU check, staged here)
 
