@@ -93,7 +93,8 @@ def open_owned_file(jobs_root, user, uid, path):
     if not NAME_RE.match(user) or not path.startswith(prefix):
         raise OSError(errno.EACCES, f"not under {prefix}", path)
     names = [user] + path[len(prefix):].split("/")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    # O_PATH: the root is 0711 (searched, not read) for users.
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
     try:
         for index, name in enumerate(names):
             last = index == len(names) - 1

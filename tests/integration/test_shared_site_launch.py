@@ -82,8 +82,9 @@ def test_a_token_job_followed_or_cancelled_by_id_keeps_its_outputs_private(clust
     assert job["state"] == "COMPLETED"
     assert folder.stat().st_mode & 0o777 == 0o700
     modes = {path.name: path.stat().st_mode & 0o777 for path in folder.iterdir()}
-    assert f"{name}.sbatch" in modes and all(mode == 0o600 for mode in modes.values()), modes
-    assert f"export HF_TOKEN={token}" in (folder / f"{name}.sbatch").read_text(), "the token job itself"
+    script = f"{name}-{job_id}.sbatch"
+    assert script in modes and all(mode == 0o600 for mode in modes.values()), modes
+    assert f"export HF_TOKEN={token}" in (folder / script).read_text(), "the token job itself"
 
     # Cancelled by id (jobs.yml -e cancel=N): the same.
     name = unique_job_name("tokencancel")
@@ -149,7 +150,8 @@ def test_the_token_is_on_no_command_line_while_the_launch_runs(cluster, tmp_path
     assert looks["here"] > 20 and looks["bob"] > 1, looks
     folder, job = outputs_of(tmp_path, name)
     assert job["state"] == "COMPLETED"
-    assert f"export HF_TOKEN={token}" in (folder / f"{name}.sbatch").read_text(), "the job got the token"
+    assert f"export HF_TOKEN={token}" in (folder / f"{name}-{job['job_id']}.sbatch").read_text(), \
+        "the job got the token"
 
 
 def test_group_mode_refuses_staged_code_a_group_member_patched(cluster, tmp_path):
