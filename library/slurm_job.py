@@ -235,6 +235,14 @@ options:
       - C(SLURM_CLUSTERS) and C(SBATCH_CLUSTERS) are refused, as C(--clusters) is in O(sbatch_args).
     type: dict
     default: {}
+  secret_env:
+    description:
+      - Names of variables whose values the script sets (C(export NAME=VALUE), the value quoted as
+        a shell quotes it) and that may be secrets. Their values are left out of the fingerprint,
+        which the job's comment shows to every user.
+    type: list
+    elements: str
+    default: []
   run_records:
     description:
       - The jobs directory (C(<jobs>/<user>/<job name>/runs/<run id>/), as the project's C(job_dir)
@@ -719,6 +727,7 @@ ARGUMENT_SPEC = {
     "progress_log_lines": {"type": "int", "default": 5},
     "progress_from": {"type": "dict"},
     "private_output": {"type": "bool", "default": False},
+    "secret_env": {"type": "list", "elements": "str", "default": []},
     "run_records": {"type": "path"},
     "collect_files": {"type": "bool", "default": False},
     "nodes": {"type": "dict", "options": {
@@ -791,8 +800,15 @@ def change_key(job):
     return job["state"], job["restarts"], job.get("tasks_done")
 
 
-def job_fingerprint(job_name, script_content):
-    """What makes two submissions the same job: its name and the exact script."""
+def job_fingerprint(job_name, script_content, secret_env=()):
+    """What makes two submissions the same job: its name and the exact script, less the values of
+    the variables named in ``secret_env`` (the script's ``export NAME=<quoted value>`` lines): the
+    fingerprint is in the job's comment, which every user sees, and a hash of a short token is a
+    guess checked offline."""
+    for name in secret_env:
+        script_content = re.sub(
+            rb"^export " + re.escape(name.encode("utf-8")) + rb"=(?:'(?:[^']|'\"'\"')*'|[^\s']*)$",
+            b"export " + name.encode("utf-8") + b"=<secret>", script_content, flags=re.MULTILINE)
     return hashlib.sha256(job_name.encode("utf-8") + script_content).hexdigest()[:16]
 
 
@@ -1532,7 +1548,7 @@ class SlurmJobRunner:
                 content = handle.read()
         except OSError as error:
             self.finish(f"cannot read script {params['script']}: {error.strerror}")
-        comment = "fingerprint:" + job_fingerprint(params["job_name"], content)
+        comment = "fingerprint:" + job_fingerprint(params["job_name"], content, params["secret_env"])
         find_copy = None if params["force"] else (lambda: self.slurm.find_active_copy(params["job_name"], comment))
         copy = find_copy() if find_copy and not self.run_taken_afresh() else None
         if copy is not None:

@@ -6,10 +6,12 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import ansible_runner
+import yaml
 
 from ._collection import CHECKOUT, ROOT
 
@@ -52,6 +54,40 @@ def _failed_messages(res):
     return messages or [str(res.get("msg") or res)]
 
 
+class _Unsafe(str):
+    """Text that Ansible takes as data, never as a template (its YAML tag !unsafe)."""
+
+
+class _ExtraVarsDumper(yaml.SafeDumper):
+    pass
+
+
+_ExtraVarsDumper.add_representer(_Unsafe, lambda dumper, value: dumper.represent_scalar("!unsafe", str(value),
+                                                                                        style='"'))
+
+
+def _unsafe(value):
+    # Only text that has a '{' can hold a template ({{ }}, {% %}, {# #}); Ansible reads a tagged
+    # scalar by its implicit type (!unsafe "5" is 5), which no text with a '{' has.
+    if isinstance(value, str):
+        return _Unsafe(value) if "{" in value else value
+    if isinstance(value, Mapping):
+        return {str(key): _unsafe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_unsafe(item) for item in value]
+    return value
+
+
+def write_extravars(private, extravars):
+    """The -e values as the caller gave them, every text tagged !unsafe (a caller's "{{ lookup('pipe', ...) }}"
+    is text, not a command on the controller), in ansible-runner's env/extravars, which it gives to
+    ansible-playbook as -e @FILE: readable by this user alone (the values may be tokens), off the
+    command line."""
+    env = Path(private) / "env"
+    env.mkdir(mode=0o700)
+    fd = os.open(env / "extravars", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        yaml.dump(_unsafe(extravars), handle, Dumper=_ExtraVarsDumper, default_flow_style=False, allow_unicode=True)
 def default_inventory():
     """The inventory ansible-playbook would use from here: ANSIBLE_INVENTORY, else the one of the
     ansible.cfg Ansible finds (ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible); where
@@ -111,12 +147,12 @@ def run_playbook(playbook, extravars, inventory=None, on_line=None):
         "PATH": bin_dir + os.pathsep + path if (Path(bin_dir) / "ansible-playbook").exists() else path,
     }
     try:
+        write_extravars(private, extravars)
         result = ansible_runner.run(
             private_data_dir=private,
             project_dir=str(workdir),
             playbook=str(playbook_path(playbook)),
             inventory=inventory_path(inventory),
-            extravars=extravars,
             envvars=envvars,
             event_handler=handle,
             quiet=True,

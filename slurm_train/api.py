@@ -67,6 +67,12 @@ class JobResult:
 def _common(extravars, user):
     """The -e values without the ones left unset, and the user to run as (-e ansible_user=NAME)."""
     values = {key: value for key, value in extravars.items() if value is not None}
+    connection = sorted(key for key in values if key.startswith("ansible_"))
+    if connection:
+        # Ansible's own variables (connection, interpreter, become) are not a launch's to take from a
+        # caller: a service that wraps this API would hand its users the controller.
+        raise ValueError(f"{', '.join(connection)}: the API takes the launch's own keys only, not Ansible's "
+                         "variables (run as another user with user=NAME; connection settings belong in the inventory)")
     if user is not None:
         values["ansible_user"] = user
     return values
@@ -109,6 +115,12 @@ def launch(script=None, nodes=None, group=None, num_nodes=None, *, inventory=Non
     Returns a JobResult: with the default wait=True, the finished job and its collected outputs
     (outputs/<name>-<id>/ of the repo unless slurm_launch_outputs_dir says otherwise); with
     wait=False, the job as submitted (PENDING or RUNNING, nothing collected).
+
+    Every value is passed as data (a text with ``{{ }}``, ``{% %}`` or ``{# #}`` reaches the job as
+    written, never templated on the controller), in a file only this user reads, never on a
+    command line; secrets in ``slurm_launch_env`` are safe there, or name controller variables
+    with ``env_from=["HF_TOKEN"]``. Ansible's own ``ansible_*`` variables are refused (``user``
+    sets the one a launch needs).
 
     Raises ValueError, before anything runs, for a key the launch does not know or a value it
     refuses, with the playbook's message; LaunchError with the failed task's message when the

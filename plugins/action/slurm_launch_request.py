@@ -128,16 +128,21 @@ run_request:
   type: dict
 """
 
+import json
 import os
 import secrets
+import stat
 import string
 from collections.abc import Mapping
 from pathlib import Path
 
+from ansible import context
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.parsing.splitter import parse_kv
 from ansible.plugins.action import ActionBase
+from ansible.utils.vars import load_extra_vars
 
 from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as _extra_vars
 from ansible_collections.hpc.slurm_train.plugins.filter import node_health as _nodes
@@ -155,7 +160,7 @@ REQUEST_KEYS = (
     "gpus_per_node", "cpus_per_task", "nproc_per_node", "omp_num_threads", "master_port", "job_id",
     "follow_timeout", "log_tail_lines", "jobs_dir", "time_limit", "warning_signal", "warning_seconds",
     "max_restarts", "extra_directives", "env", "cuda_home", "replace_ld_library_path", "conda_root", "conda_env",
-    "venv", "nccl_env_dir", "rendezvous", "sweep", "sweep_parallel",
+    "venv", "nccl_env_dir", "rendezvous", "sweep", "sweep_parallel", "env_from",
 )
 # The values given that reach the job script, checked by train_job's rules before anything else is
 # (the Python API checks the same keys of its arguments: slurm_train/_rules.py).
@@ -169,6 +174,15 @@ ARGUMENT_SPEC = {
     "argument_specs_file": {"type": "path", "required": True},
     "validate_entry_point": {"type": "str", "default": ""},
 }
+# The values given with -e that reach the job script are taken as the text given, not templated:
+# a value "a{#c#}b" is that, and no caller of the Python API runs a lookup on the controller.
+VERBATIM_KEYS = (*GIVEN_KEYS, "sweep")
+# A variable whose name has one of these words (split at '_') holds a secret, which -e on the command
+# line would show to every user of the controller (/proc/*/cmdline).
+SECRET_NAME_WORDS = frozenset(("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "APIKEY", "CREDENTIAL",
+                               "CREDENTIALS", "AUTH", "COOKIE", "PAT"))
+SECRET_SOURCES = ("put it in a file only you can read (chmod 600 secrets.yml; -e @secrets.yml) or export it on the "
+                  "controller and name it (-e env_from=NAME)")
 JOB_TEMPLATE = "train.sbatch.j2"
 # Written into the run's directory; the job runs it on every node before a GPU job trains.
 GPU_CHECK = "gpu_check.py"
@@ -227,7 +241,7 @@ def shape_problem(request, groups, following):
         {"key": "cpus_per_task", "value": request["cpus_per_task"], "min": 0, "hint": " (0 = all CPUs of the node)"},
         {"key": "nproc_per_node", "value": request["nproc_per_node"], "min": 0, "hint": " (0 = one per GPU)"},
         {"key": "master_port", "value": request["master_port"], "min": 0, "max": 65535,
-         "hint": " (0 = derived from the job id)"},
+         "hint": " (0 = a port free on the first node as the job starts)"},
         {"key": "job_id", "value": request["job_id"], "min": 0},
         {"key": "slurm_launch_follow_timeout", "value": request["follow_timeout"], "min": 0,
          "hint": " (0 = until the job ends)"},
@@ -267,6 +281,93 @@ def job_problem(request, script_file, script_args, job_name, plan, host):
     return plan["problem"]
 
 
+def _plain(value):
+    """A -e value as plain data (text, numbers, lists, mappings), without Ansible's trust to template it."""
+    return json.loads(json.dumps(value))
+
+
+def verbatim_values(request, given, aliases, task_vars):
+    """``request`` with each VERBATIM_KEYS value that the -e values (``given``, as loaded, untemplated)
+    supply replaced by that value as given. The long name given wins, as in Ansible; an alias only
+    where the long name is still the role's default that reads it (a value the play sets itself, as
+    the preflight sets its own script_args, is left as it is)."""
+    request = dict(request)
+    for key in VERBATIM_KEYS:
+        long_name = ROLE_PREFIX + key
+        if long_name in given:
+            name = long_name
+        elif key in aliases and key in given and _extra_vars.ALIAS_RE.search(str(task_vars.get(long_name, ""))):
+            name = key
+        else:
+            continue
+        try:
+            request[key] = _plain(given[name])
+        except (TypeError, ValueError):
+            continue  # not plain data: the templated value stands
+    return request
+
+
+def secret_names(env):
+    return sorted(name for name in env if isinstance(name, str) and SECRET_NAME_WORDS & set(name.upper().split("_")))
+
+
+def command_line_secret_problem(items, load_file, load_text):
+    """The first -e of ``items`` (ansible-playbook's -e arguments as typed) that puts a job's env
+    where others can read it: a file that sets env readable by its group or others, or a value of
+    a secret's name (secret_names) given on the command line itself. '' when there is none."""
+    for item in items:
+        if item.startswith("@"):
+            path = item[1:]
+            data = load_file(path)
+            if not (isinstance(data, Mapping) and (data.get("env") or data.get(ROLE_PREFIX + "env"))):
+                continue
+            try:
+                mode = stat.S_IMODE(os.stat(path).st_mode)
+            except OSError as error:
+                return f"-e @{path}: {error.strerror}"
+            if mode & 0o077:
+                return (f"-e @{path} sets slurm_launch_env and is readable by others (mode {mode:04o}): its values "
+                        f"may be secrets; chmod 600 {path} first")
+            continue
+        data = load_text(item)
+        env = data.get(ROLE_PREFIX + "env") if isinstance(data, Mapping) else None
+        names = secret_names(env) if isinstance(env, Mapping) else []
+        if names:
+            return (f"slurm_launch_env {', '.join(names)} given on the command line: every user of this machine can "
+                    f"read a command line (/proc/*/cmdline) while the launch runs; {SECRET_SOURCES}")
+    return ""
+
+
+def _load_inline(loader, text):
+    """An -e argument's values as ansible-playbook reads them (YAML/JSON, or key=value words)."""
+    text = text.strip()
+    if text[:1] in ("{", "["):
+        return loader.load(text)
+    return parse_kv(text)
+
+
+def env_from_environment(request, environ):
+    """(request with env_from's variables of ``environ`` added to its env, problem): each name given
+    must be set on the controller and not be in env too."""
+    names = request["env_from"]
+    if isinstance(names, str):
+        names = [name.strip() for name in names.split(",") if name.strip()]
+    if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+        return request, (f"env_from={names!r} is not allowed: give names of variables of the controller's environment, "
+                         "e.g. -e env_from=HF_TOKEN or -e '{\"env_from\": [\"HF_TOKEN\", \"WANDB_API_KEY\"]}'")
+    env = dict(request["env"]) if isinstance(request["env"], Mapping) else request["env"]
+    if not names:
+        return request, ""
+    if not isinstance(env, dict):
+        return request, ""  # value_problems names it
+    for name in names:
+        if name in env:
+            return request, f"env_from={name} is not allowed: slurm_launch_env sets {name} too; give it once"
+        if name not in environ:
+            return request, (f"env_from={name}: the controller's environment has no {name} (export {name}=... "
+                             "before ansible-playbook)")
+        env[name] = environ[name]
+    return {**request, "env": env}, ""
 def script_in_code(script_file, code_dir):
     """The script's path relative to the code's directory, links resolved: where it is staged."""
     return os.path.relpath(os.path.realpath(script_file), os.path.realpath(code_dir))
@@ -353,6 +454,17 @@ class ActionModule(ActionBase):
         if unknown:
             return {**result, "failed": True, "msg": unknown}
 
+        problem = command_line_secret_problem(
+            context.CLIARGS.get("extra_vars", ()), self._loader.load_from_file,
+            lambda text: _load_inline(self._loader, text))
+        if problem:
+            return {**result, "failed": True, "msg": problem}
+        request = verbatim_values(request, load_extra_vars(self._loader),
+                                  _extra_vars.aliases_of(Path(args["defaults_file"]).read_text(encoding="utf-8")),
+                                  task_vars)
+        request, problem = env_from_environment(request, os.environ)
+        if problem:
+            return {**result, "failed": True, "msg": problem}
         following = _nodes._as_int(request["job_id"]) > 0
         script_file, code_dir, job_name = derived(request)
         marks = placeholders("".join(secrets.choice(PLACEHOLDER_CHARS) for _ in range(20)))

@@ -23,6 +23,20 @@ def path_problems(values, allow_empty=()):
     return [problem for problem in found if problem]
 
 
+def foreign_user_dirs(results):
+    """One phrase per <jobs>/<user>/ (the results of a looped stat, follow off, each item a user)
+    that is there but is not that user's own directory: a link, a file, or another's directory."""
+    found = []
+    for result in results:
+        info, user = result.get("stat") or {}, result.get("item")
+        if not info.get("exists"):
+            continue
+        kind = "a link" if info.get("islnk") else ("a directory" if info.get("isdir") else "a file")
+        if kind != "a directory" or info.get("pw_name") != user:
+            found.append(f"{info.get('path')} is {kind} of {info.get('pw_name')}, not {user}'s own directory")
+    return found
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -31,4 +45,5 @@ class FilterModule:
             "cluster_node_groups": rules.node_groups,
             "cluster_host_node_group": _raising(rules.host_node_group),
             "cluster_nccl_env_file": _raising(rules.nccl_env_file),
+            "cluster_foreign_user_dirs": foreign_user_dirs,
         }

@@ -86,6 +86,14 @@ TIME_LIMIT_RE = re.compile(r"[0-9]+(?::[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(?::[0-
 TIME_LIMIT_RULE = ("minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 2:00:00, 1-12:00:00), "
                    "or UNLIMITED for the partition's limit")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Names that steer the job's shell, its Slurm commands (srun reads SLURM_*/SRUN_* as options, the
+# script reads SLURM_RESTART_COUNT and SLURM_JOB_ID), the loader or Python before the training
+# runs: set by the launch, the site or Slurm, never by a request.
+RESERVED_ENV_NAMES = frozenset(("BASH_ENV", "ENV", "IFS", "PATH", "CDPATH", "SHELLOPTS", "BASHOPTS", "PS4"))
+RESERVED_ENV_PREFIXES = ("SLURM_", "SRUN_", "SBATCH_", "SALLOC_", "LD_", "PYTHON")
+RESERVED_ENV_RULE = ("it steers the job's shell, Slurm, the loader or Python (refused: BASH_ENV, ENV, IFS, PATH, "
+                     "CDPATH, SHELLOPTS, BASHOPTS, PS4 and names starting SLURM_, SRUN_, SBATCH_, SALLOC_, LD_ or "
+                     "PYTHON); the site's environment or the launch's own settings set these")
 # sbatch's --clusters/-M (also "--clusters=a,b", "-M a", "-Ma"): the launch follows its job with
 # queries that have no -M, so a job sent to another cluster would be lost and a rerun would
 # submit it again.
@@ -166,9 +174,15 @@ def value_problems(values):
         for name, value in env.items():
             if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
                 refuse("env name", name, "a shell variable name: letters, digits and '_', not starting with a digit")
+            elif name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES):
+                refuse("env name", name, RESERVED_ENV_RULE)
             # The job script quotes the value: any text is carried as it is, but NUL ends it.
             if isinstance(value, bool) or not isinstance(value, (str, int, float)) or "\0" in str(value):
                 refuse(f"env {name}", value, "give text or a number (without NUL characters)")
+            elif "\r" in str(value):
+                # sbatch refuses a script with a CRLF; the value (maybe a token) is not repeated here.
+                problems.append(f"env {name}: its value holds a carriage return (\\r), which sbatch refuses in a "
+                                "job script: give it without one")
 
     script = values.get("script", "")
     if script != "" and (not isinstance(script, str) or not script.startswith("/") or CONTROL_RE.search(script)):
@@ -178,8 +192,9 @@ def value_problems(values):
         refuse("script_args", args, "a list of arguments")
     else:
         for arg in args:
-            if not isinstance(arg, str) or "\0" in arg:
-                refuse("script_args", arg, "each argument is text without NUL characters")
+            if not isinstance(arg, str) or "\0" in arg or "\r" in arg:
+                refuse("script_args", arg, "each argument is text without NUL or carriage return characters (sbatch "
+                                           "refuses a job script with a CRLF)")
     return problems
 
 

@@ -8,6 +8,7 @@ import base64
 import binascii
 import difflib
 import errno
+import hashlib
 import fcntl
 import io
 import json
@@ -50,23 +51,34 @@ def owner_name(uid):
         return f"uid {uid}"
 
 
-def open_own_dir(parent_fd, name, path, uid):
-    """The directory `name` under parent_fd, opened without following a link; it must be uid's."""
+def user_dir_remedy(path, user):
+    """What fixes a user's own <jobs>/<user>/ that someone else made: only an admin can (the jobs
+    root is the NAS owner's, 0711), and provision.yml then makes it the user's."""
+    return (f"only an admin can fix it: as root or the NAS owner, mv {path} {path}.planted (or remove it), then "
+            f"ansible-playbook provision.yml with {user} in cluster_users, which makes {path} {user}'s")
+
+
+def open_own_dir(parent_fd, name, path, uid, remedy=None):
+    """The directory `name` under parent_fd, opened without following a link; it must be uid's.
+    ``remedy``: what fixes one that is not (default: another job name)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
     except OSError as error:
         if error.errno == errno.ENOENT:
             return None
         if error.errno in (errno.ELOOP, errno.ENOTDIR):
-            kind = "a symbolic link" if stat.S_ISLNK(os.lstat(name, dir_fd=parent_fd).st_mode) else "not a directory"
-            raise Refused(f"{path} is {kind}: refusing to write through it (another user may have planted it); "
-                          f"remove it, or choose another job name") from None
+            info = os.lstat(name, dir_fd=parent_fd)
+            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory"
+            raise Refused(f"{path} is {kind}: refusing to write through it (another user may have planted it; "
+                          f"it is {owner_name(info.st_uid)}'s); {remedy or 'remove it, or choose another job name'}"
+                          ) from None
         raise Refused(f"cannot open {path}: {error.strerror}") from None
     owner = os.fstat(fd).st_uid
     if owner != uid:
         os.close(fd)
         raise Refused(f"{path} belongs to {owner_name(owner)}, not to {owner_name(uid)}: refusing to write "
-                      "into a directory another user controls; choose another job name or ask them to remove it")
+                      "into a directory another user controls; "
+                      f"{remedy or 'choose another job name or ask them to remove it'}")
     return fd
 
 
@@ -81,7 +93,8 @@ def open_owned_file(jobs_root, user, uid, path):
     if not NAME_RE.match(user) or not path.startswith(prefix):
         raise OSError(errno.EACCES, f"not under {prefix}", path)
     names = [user] + path[len(prefix):].split("/")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    # O_PATH: the root is 0711 (searched, not read) for users.
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
     try:
         for index, name in enumerate(names):
             last = index == len(names) - 1
@@ -128,7 +141,7 @@ def extract(archive, destination, file_mode):
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
             with os.fdopen(fd, "wb") as out:
                 shutil.copyfileobj(source, out)
-            os.chmod(target, mode)
+                os.fchmod(out.fileno(), mode)  # the umask narrowed O_CREAT's mode
     # Directories get the mode exactly, as the job's own do (makedirs' is narrowed by the umask);
     # fwalk opens each one without following a link.
     for _, _, _, fd in os.fwalk(destination):
@@ -461,8 +474,11 @@ def stage(params, check_mode, known=None):
     if not MODE_RE.match(params["mode"]):
         raise Refused(f"mode={params['mode']!r}: give an octal mode such as 0700 or 0750")
     mode = int(params["mode"], 8)
-    if mode & 0o700 != 0o700 or mode & 0o002:
-        raise Refused(f"mode={params['mode']}: the owner needs rwx and others may not write (e.g. 0700, 0750, 0770)")
+    if mode & 0o700 != 0o700 or mode & ~0o750:
+        # A group that may write could change the staged code, which the job runs as its owner.
+        raise Refused(f"mode={params['mode']}: at most 0750 and the owner needs rwx (0700, or 0750 for a group that "
+                      "reads the jobs); the group may not write (it could change the code a job runs as its owner), "
+                      "others get nothing")
     code_hash = params["code_hash"] or ""
     if code_hash and not HASH_RE.match(code_hash):
         raise Refused(f"code_hash={code_hash!r} is not a hex digest")
@@ -482,12 +498,17 @@ def stage(params, check_mode, known=None):
     if result["missing_files"] and not dry:
         return result  # the job would not find them: nothing is made for it
     if params["min_free_mb"] is not None:
-        problem, result["free_mb"] = problem_with(existing_directory(os.path.normpath(root)), params["min_free_mb"],
-                                                  try_write=not check_mode)
+        # The user's own directory takes the writes; the jobs root (0711, the NAS owner's) does not,
+        # and one not made yet is refused below, saying who makes it.
+        user_dir = os.path.join(os.path.normpath(root), user)
+        own = os.path.isdir(user_dir) and not os.path.islink(user_dir)
+        problem, result["free_mb"] = problem_with(user_dir if own else existing_directory(os.path.normpath(root)),
+                                                  params["min_free_mb"], try_write=not check_mode, writes_here=own)
         if problem:
             raise Refused(f"{root}: {problem}")
     try:
-        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        # O_PATH: the root is 0711 (searched, not read) for users.
+        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
     except OSError as error:
         raise Refused(f"jobs directory {root}: {error.strerror} (provision.yml makes it)") from None
 
@@ -496,7 +517,8 @@ def stage(params, check_mode, known=None):
         path = root
         for name in (user, params["job_name"], "code"):
             path = os.path.join(path, name)
-            fd = open_own_dir(fds[-1], name, path, uid)
+            remedy = user_dir_remedy(path, user) if name is user else None
+            fd = open_own_dir(fds[-1], name, path, uid, remedy)
             if fd is None:
                 result["made"].append(path)
                 result["changed"] = True
@@ -506,8 +528,17 @@ def stage(params, check_mode, known=None):
                         take_run(params, job_fd, job_dir, uid, mode, dry, result)
                     write_job_files(params, files, placeholders, job_fd, uid, dry, result)
                     return result  # nothing below a missing directory exists yet
-                os.mkdir(name, mode, dir_fd=fds[-1])
-                fd = open_own_dir(fds[-1], name, path, uid)
+                try:
+                    os.mkdir(name, mode, dir_fd=fds[-1])
+                except PermissionError:
+                    if name is not user:
+                        raise
+                    # The jobs root is the NAS owner's (0711): no user makes a directory there, so no
+                    # user can make another's first.
+                    raise Refused(f"{path} does not exist, and {user} cannot make it in {root} (provision.yml "
+                                  f"makes each user's): ask an admin to add {user} to cluster_users and run "
+                                  "ansible-playbook provision.yml") from None
+                fd = open_own_dir(fds[-1], name, path, uid, remedy)
             fds.append(fd)
             if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
                 result["changed"] = True
@@ -535,7 +566,12 @@ def stage_code(params, code_fd, code_root, code_dir, uid, mode, dry, result):
     code_hash = params["code_hash"]
     existing = open_own_dir(code_fd, code_hash, code_dir, uid)
     if existing is not None:
-        os.close(existing)
+        try:
+            # Staged earlier, maybe changed since (by a group that could write there): what the job
+            # runs must still be what its name says.
+            check_code(existing, code_fd, code_hash, code_dir)
+        finally:
+            os.close(existing)
         result["code_present"] = True
         return True
     if dry:
@@ -550,8 +586,13 @@ def stage_code(params, code_fd, code_root, code_dir, uid, mode, dry, result):
         return False
     partial = tempfile.mkdtemp(prefix=f".{code_hash}.partial-", dir=code_root)
     try:
-        os.chmod(partial, mode)
-        extract(archive, partial, mode & 0o777)
+        partial_fd = os.open(partial, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(partial_fd, mode)
+            extract(archive, partial, mode & 0o777)
+            manifest = code_manifest(partial_fd)
+        finally:
+            os.close(partial_fd)
         try:
             os.rename(partial, code_dir)
         except OSError as error:
@@ -561,11 +602,98 @@ def stage_code(params, code_fd, code_root, code_dir, uid, mode, dry, result):
             shutil.rmtree(partial)
             check = open_own_dir(code_fd, code_hash, code_dir, uid)
             os.close(check)
+        write_manifest(code_fd, code_hash, manifest)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     result.update(changed=True, code_copied=True)
     return True
+
+
+def code_manifest(dir_fd, prefix=""):
+    """[(relative path, 'x' or '-', sha256)] of every file under dir_fd, sorted, as the launch's
+    content hash lists them (roles/slurm_launch/action_plugins/job_dir.py's content_hash); anything
+    but a regular file or a directory (a link) is refused, naming it."""
+    entries = []
+    for name in sorted(os.listdir(dir_fd)):
+        path = f"{prefix}{name}"
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            try:
+                entries += code_manifest(sub, f"{path}/")
+            finally:
+                os.close(sub)
+        elif stat.S_ISREG(info.st_mode):
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+            with os.fdopen(fd, "rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
+            entries.append((path, "x" if info.st_mode & stat.S_IXUSR else "-", digest))
+        else:
+            raise Refused(f"{path} is not a regular file")
+    return sorted(entries)
+
+
+def manifest_digest(entries, digits):
+    """The content hash of a manifest's files, as the launch computes it (its first ``digits``)."""
+    digest = hashlib.sha256()
+    for name, executable, file_digest in entries:
+        digest.update(f"{name}\0{executable}\0{file_digest}\n".encode())
+    return digest.hexdigest()[:digits]
+
+
+def write_manifest(code_fd, code_hash, entries):
+    """code/<hash>.manifest, read-only: what was staged, to name what changed in place later."""
+    partial = f".{code_hash}.manifest.partial-{os.urandom(4).hex()}"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400, dir_fd=code_fd)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.writelines(f"{executable} {file_digest} {name}\n" for name, executable, file_digest in entries)
+        os.fchmod(out.fileno(), 0o400)
+    os.rename(partial, f"{code_hash}.manifest", src_dir_fd=code_fd, dst_dir_fd=code_fd)
+
+
+def read_manifest(code_fd, code_hash):
+    """The manifest written as the code was staged, or None (none, or not a plain file of ours)."""
+    try:
+        fd = os.open(f"{code_hash}.manifest", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=code_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, encoding="utf-8") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o222:
+            return None
+        entries = []
+        for line in handle:
+            parts = line.rstrip("\n").split(" ", 2)
+            if len(parts) == 3:
+                entries.append((parts[2], parts[0], parts[1]))
+    return sorted(entries)
+
+
+def check_code(dir_fd, code_fd, code_hash, code_dir):
+    """Refuse staged code that is no longer what its hash names, naming the files that differ from
+    its manifest (or, without one, the code as a whole)."""
+    try:
+        found = code_manifest(dir_fd)
+    except Refused as error:
+        raise Refused(f"{code_dir}: {error}, and staged code holds only files: it was changed since it was "
+                      f"staged; not running it. Remove {code_dir} (rm -r) and launch again") from None
+    # The manifest is the user's own (a group member cannot make a file of theirs); without one
+    # (removed, or code staged before manifests), the hash itself.
+    staged = read_manifest(code_fd, code_hash)
+    if staged is None:
+        if manifest_digest(found, len(code_hash)) == code_hash:
+            return
+        what = f"the code in {code_dir}"
+    else:
+        before, now = {e[0]: e[1:] for e in staged}, {e[0]: e[1:] for e in found}
+        changed = sorted(name for name in set(before) | set(now) if before.get(name) != now.get(name))
+        if not changed:
+            return
+        what = ", ".join(f"{code_dir}/{name}" for name in changed)
+    raise Refused(f"{what} changed since it was staged (it no longer matches its hash {code_hash}): not running "
+                  f"it as yours. Someone who may write there changed it; remove {code_dir} (rm -r) and launch again "
+                  "to stage your code afresh")
 
 
 # What each placeholder of a job's files stands for, once the run is taken (and, for slurm_job

@@ -14,16 +14,19 @@ def existing_directory(path):
     return path
 
 
-def problem_with(directory, min_free_mb, try_write):
+def problem_with(directory, min_free_mb, try_write, writes_here=True):
     """Why the directory cannot take the writes, or None; and its free space in MB.
 
     With try_write, a temporary file is really made and removed: that also catches root squash
-    and quotas, which access() does not see."""
+    and quotas, which access() does not see. Without writes_here only its filesystem's free space
+    counts (the writes go to a directory below it that someone else makes)."""
     if not os.path.isdir(directory):
         return f"{directory} is not a directory", None
     stats = os.statvfs(directory)
     free_mb = stats.f_bavail * stats.f_frsize // MB
-    if not os.access(directory, os.W_OK | os.X_OK):
+    if not writes_here:
+        try_write = False
+    elif not os.access(directory, os.W_OK | os.X_OK):
         read_only = stats.f_flag & os.ST_RDONLY
         return f"{directory} is not writable{' (read-only filesystem)' if read_only else ''}", free_mb
     if try_write:

@@ -444,7 +444,7 @@ def test_second_provision_run_reports_changed_zero(tmp_path, http_standins):
         nas_uid = pwd.getpwnam(NAS_OWNER).pw_uid
         assert [p for p in (state / "nas").rglob("*") if p.lstat().st_uid != nas_uid] == []
         jobs = (state / "nas" / "jobs").stat()
-        assert (jobs.st_mode & 0o7777, jobs.st_uid) == (0o1777, nas_uid)
+        assert (jobs.st_mode & 0o7777, jobs.st_uid) == (0o711, nas_uid)
         assert (state / "nas" / "env" / "nccl-gpu_pv.sh").read_text().count("export NCCL_SOCKET_IFNAME==eth0") == 1
         check = playbook(inventory, REPO / "provision.yml", variables, check=True)
         assert check.returncode == 0, check.stdout[-4000:]

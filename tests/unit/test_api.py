@@ -3,6 +3,8 @@ the playbook's own rule gives (the slurm_launch_extra_vars plugin's, the job_val
 filter's), and ansible-runner is never called; and what a run's events turn into."""
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -113,7 +115,8 @@ def test_script_args_that_cannot_be_split_raise_the_filters_message(nothing_runs
 def test_a_followed_job_has_no_values_to_check(monkeypatch):
     """-e job_id=N: derive.yml checks no values (its task has `when: not following`); the run goes ahead."""
     calls = []
-    monkeypatch.setattr(_playbook.ansible_runner, "run", lambda **kwargs: calls.append(kwargs) or _Finished())
+    monkeypatch.setattr(_playbook.ansible_runner, "run",
+                        lambda **kwargs: calls.append({**kwargs, "extravars": _written(kwargs)}) or _Finished())
     with pytest.raises(slurm_train.LaunchError):
         slurm_train.launch(job_id=12, time_limit="1h")
     assert calls and calls[0]["extravars"] == {"job_id": 12, "time_limit": "1h"}
@@ -132,11 +135,22 @@ class _Finished:
     status, rc = "failed", 2
 
 
+def _written(kwargs):
+    """The -e values the API wrote for ansible-runner (env/extravars), as Ansible loads them; the
+    file itself goes with the run's private directory."""
+    from ansible.parsing.dataloader import DataLoader
+
+    path = Path(kwargs["private_data_dir"]) / "env" / "extravars"
+    assert "extravars" not in kwargs, "no values for ansible-runner to put on the command line"
+    assert oct(path.stat().st_mode & 0o777) == oct(0o600)
+    return DataLoader().load_from_file(str(path))
+
+
 def test_a_good_request_runs_launch_yml_with_the_values_as_extra_vars(monkeypatch):
     calls = []
 
     def run(**kwargs):
-        calls.append(kwargs)
+        calls.append({**kwargs, "extravars": _written(kwargs)})
         handler = kwargs["event_handler"]
         handler({"event": "verbose", "stdout": "job 7 (train_ddp): RUNNING on node110,node111"})
         handler({"event": "verbose", "stdout": "  7 | [rank0] step=1 loss=0.5"})
@@ -201,3 +215,28 @@ def test_jobs_rows_are_the_tables_rows():
                     ("11", "done", "1", "COMPLETED", "0", "node110", "1:05", "0", "/out/done-11")]
     table = runs.jobs_table(active, finished)
     assert [line.split()[0] for line in table] == ["job", "12", "11"]
+
+
+def test_caller_values_are_data_on_the_controller_never_templates(monkeypatch, tmp_path):
+    """A service that wraps the API passes its users' values: "{{ lookup('pipe', ...) }}" stays that
+    text for the playbook (!unsafe), and Ansible's own variables are refused before anything runs."""
+    calls = []
+    monkeypatch.setattr(_playbook.ansible_runner, "run",
+                        lambda **kwargs: calls.append({**kwargs, "extravars": _written(kwargs)}) or _Finished())
+    canary = tmp_path / "ran"
+    hostile = "{{ lookup('pipe', 'touch " + str(canary) + "') }}{# c #}{% if 1 %}x{% endif %}"
+    with pytest.raises(slurm_train.LaunchError):
+        slurm_train.launch(job_id=12, job_name=hostile, slurm_launch_env={"NOTE": hostile})
+    from ansible.template import Templar
+    from ansible.parsing.dataloader import DataLoader
+
+    given = calls[0]["extravars"]
+    templated = Templar(loader=DataLoader(), variables={}).template(given)
+    assert templated["job_name"] == hostile and templated["slurm_launch_env"] == {"NOTE": hostile}
+    assert not canary.exists()
+    for key in ("ansible_python_interpreter", "ansible_become_user", "ansible_ssh_common_args"):
+        calls.clear()
+        with pytest.raises(ValueError) as raised:
+            slurm_train.launch(job_id=12, **{key: "x"})
+        assert str(raised.value).startswith(f"{key}: the API takes the launch's own keys only")
+        assert calls == []

@@ -117,7 +117,8 @@ def test_script_and_arguments_may_hold_anything_but_nul_and_control_characters_i
     assert problems(script="/nas/x\n.py")[0].startswith("script='/nas/x\\n.py' is not allowed")
     assert problems(script="train.py")[0].startswith("script='train.py' is not allowed: an absolute path")
     assert problems(script_args=["a\0b"]) == [
-        "script_args='a\\x00b' is not allowed: each argument is text without NUL characters"]
+        "script_args='a\\x00b' is not allowed: each argument is text without NUL or carriage return characters "
+        "(sbatch refuses a job script with a CRLF)"]
 
 
 def test_every_problem_is_reported_at_once():

@@ -44,7 +44,7 @@ def request(trainer, **given):
               "warning_signal": "USR1", "warning_seconds": 120, "max_restarts": 1, "extra_directives": [], "env": {},
               "cuda_home": "/nas/cuda-11.8", "replace_ld_library_path": False, "conda_root": "/nas/conda",
               "conda_env": "train", "venv": "", "nccl_env_dir": "/nas/nccl", "rendezvous": "static", "sweep": {},
-              "sweep_parallel": 0}
+              "sweep_parallel": 0, "env_from": []}
     assert set(values) == set(keys), "the test's request has the role's keys"
     return {**values, **given}
 

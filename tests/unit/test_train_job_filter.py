@@ -143,7 +143,7 @@ def test_a_bad_job_name_is_the_only_problem_named_for_the_job_dir():
     ("conda_env", "-env", "a conda env name"),
     ("nccl_env_file", "/nas/env/nccl-$(id).sh", "an absolute path"),
     ("script_args", "--steps 30", "a list of arguments"),
-    ("script_args", ["--steps", 30], "each argument is text without NUL characters"),
+    ("script_args", ["--steps", 30], "each argument is text without NUL or carriage return characters"),
     ("env", {"X": 1.5, "Y": 2, "Z": b"x"}, "give text or a number"),
 ])
 def test_each_value_check_names_its_key_and_rule(key, value, rule):
