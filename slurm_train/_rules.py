@@ -1,8 +1,7 @@
 """The playbook's own request rules, imported from the collection's plugins, for a check before anything runs.
 
 Nothing here restates a rule: the unknown-key check is the slurm_launch_extra_vars action
-plugin's (its known keys computed from the role's defaults and argument specs, as the task
-computes them), the value rules are the ``job_value_problems`` filter (train_job.py, over
+plugin's (its known keys the launch's parameter table, plugin_utils/launch_params.py), the value rules are the ``job_value_problems`` filter (train_job.py, over
 module_utils) and the ``sweep_problems`` filter (sweep.py), and a script path and its arguments
 are made what the launch makes of them by the ``script_path`` and ``shell_words`` filters.
 """
@@ -16,19 +15,17 @@ from ansible.errors import AnsibleError
 
 from ._collection import ROOT
 from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as extra_vars
-# The values a launch's slurm_launch_request task checks first (by the short key train_job reads).
-from ansible_collections.hpc.slurm_train.plugins.action.slurm_launch_request import GIVEN_KEYS
 from ansible_collections.hpc.slurm_train.plugins.filter import runs, train_job
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils.script_path import script_path
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils.shell_words import shell_words
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils.sweep import sweep_problems
 
-ROLE = ROOT / "roles" / "slurm_launch"
-DEFAULTS_FILE = ROLE / "defaults" / "main.yml"
-ARGUMENT_SPECS_FILE = ROLE / "meta" / "argument_specs.yml"
 CLUSTER_DEFAULTS_FILE = ROOT / "roles" / "cluster" / "defaults" / "main.yml"
 # The long names start with this; the request's keys (vars/main.yml's _slurm_launch_request) are the rest.
-PREFIX = "slurm_launch_"
+PREFIX = launch_params.ROLE_PREFIX
+# The values a launch's slurm_launch_request task checks first (by the short key train_job reads).
+GIVEN_KEYS = launch_params.GIVEN_KEYS
 
 
 def _message(error):
@@ -37,10 +34,8 @@ def _message(error):
 
 
 def known_keys():
-    """(aliases, options) of the role, as the slurm_launch_extra_vars task computes them."""
-    text = DEFAULTS_FILE.read_text(encoding="utf-8")
-    specs = yaml.safe_load(ARGUMENT_SPECS_FILE.read_text(encoding="utf-8")) or {}
-    return extra_vars.aliases_of(text), extra_vars.known_options(text, specs)
+    """(aliases, long names) of the launch's parameters, as the slurm_launch_extra_vars task knows them."""
+    return list(launch_params.ALIASES), set(launch_params.NAMES)
 
 
 def prefixed_variables(inventory):
@@ -48,7 +43,7 @@ def prefixed_variables(inventory):
     unknown-key message): the submit host's inventory variables, Ansible's magic ones and the
     cluster role's defaults. Empty where the inventory cannot be read (the playbook says why)."""
     prefixes = extra_vars.DEFAULT_PREFIXES
-    names = set(extra_vars.TOP_LEVEL_KEY_RE.findall(CLUSTER_DEFAULTS_FILE.read_text(encoding="utf-8")))
+    names = set(yaml.safe_load(CLUSTER_DEFAULTS_FILE.read_text(encoding="utf-8")) or {})
     try:
         from ansible.inventory.manager import InventoryManager
         from ansible.parsing.dataloader import DataLoader

@@ -106,8 +106,8 @@ def launch(script=None, nodes=None, group=None, num_nodes=None, *, inventory=Non
     ``script``, ``nodes`` (``"node110,node111"``, ``"node[110-111]"`` or a list) or ``group`` with
     ``num_nodes``, and every other keyword are the playbook's ``-e`` names, short or long
     (``nproc_per_node=2``, ``script_args="--steps 5"`` or a list, ``job_name``, ``time_limit``,
-    ``wait=False``, ``resume``, ``job_id``, ``slurm_launch_env={...}``; roles/slurm_launch/defaults/main.yml
-    lists them). ``script`` (and ``code_dir``) may be relative to the current directory.
+    ``wait=False``, ``resume``, ``job_id``, ``slurm_launch_env={...}``; the README's table of
+    launch parameters lists them). ``script`` (and ``code_dir``) may be relative to the current directory.
     ``inventory`` defaults to the repo's inventory/local, ``user`` runs as that user
     (``-e ansible_user=NAME``). ``on_progress(line)`` gets the playbook's progress lines as they
     come: ``job N (name): RUNNING on node110,node111`` and ``  N | <log line>``.

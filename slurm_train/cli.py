@@ -6,8 +6,9 @@
     slurm-train cancel JOB_ID
     slurm-train preflight --nodes node110,node111
 
-The launch options are the launch's own -e names (the slurm_launch role's defaults and argument
-specs, read here for their help and types); every rule stays the playbook's, which the API applies.
+The launch options are the launch's own -e names (the parameter table,
+plugins/plugin_utils/launch_params.py, with their help, types and defaults); every rule stays the
+playbook's, which the API applies.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import re
 import sys
+
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params
 
 from . import _rules, api
 from ._playbook import default_inventory
@@ -25,25 +27,12 @@ from ._playbook import default_inventory
 _NOT_OPTIONS = {"script", "script_args", "all", "cancel", "logs", "preflight"}
 # Where a job runs: preflight's options too.
 _WHERE = ("nodes", "group", "num_nodes", "partition")
-# "slurm_launch_KEY: "{{ KEY | default(DEFAULT) }}"  # [KEY] ...": the role's default for KEY.
-_DEFAULT_RE = re.compile(r"^slurm_launch_(\w+):\s*\"\{\{\s*\1\s*\|\s*default\((.*?)\)\s*\}\}\"", re.M)
 
 
 def _launch_options():
-    """(key, type, default as the role writes it, description) of each launch -e name."""
-    specs = _rules.yaml.safe_load(_rules.ARGUMENT_SPECS_FILE.read_text(encoding="utf-8"))
-    options = specs["argument_specs"]["main"]["options"]
-    text = _rules.DEFAULTS_FILE.read_text(encoding="utf-8")
-    defaults = dict(_DEFAULT_RE.findall(text))
-    aliases, _ = _rules.known_keys()
-    found = []
-    for key in aliases:
-        if key in _NOT_OPTIONS:
-            continue
-        spec = options.get(_rules.PREFIX + key, {})
-        description = re.sub(r"^\[\w+\]\s*", "", spec.get("description", ""))
-        found.append((key, spec.get("type", "str"), defaults.get(key, ""), description))
-    return found
+    """(-e name, type, default as a person reads it, description) of each launch option."""
+    return [(param.alias, param.type, launch_params.shown_default(param), param.description)
+            for param in launch_params.PARAMS.values() if param.alias and param.alias not in _NOT_OPTIONS]
 
 
 def _value(text):
@@ -57,11 +46,8 @@ def _value(text):
 def _add_options(parser, options):
     for key, kind, default, description in options:
         flag = "--" + key.replace("_", "-")
-        shown = default.strip("'\"") if default else "from the inventory"
-        if re.fullmatch(r"[a-z_]+", shown) and shown not in ("true", "false", "auto", "static", "never"):
-            shown = f"the inventory's {shown}"  # the role's default is an inventory variable
         # argparse formats help with %: a literal one (sweep_parallel's "%N") is doubled.
-        help_text = f"{description} (default: {shown or repr('')})".replace("%", "%%")
+        help_text = f"{description} (default: {default})".replace("%", "%%")
         if kind == "bool":
             parser.add_argument(flag, dest=key, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif kind == "int":

@@ -16,23 +16,13 @@ description:
   - Reads the extra vars given to ansible-playbook (every C(-e), also C(-e @file)) and fails,
     listing each key that the launch does not read, with the closest known key
     ("did you mean 'nodes'?") and the list of known keys.
-  - Known keys are the short aliases of the role's defaults (each C(NAME) of a
-    C({{ NAME | default(...) }}) in C(defaults/main.yml), read when the task runs, so the
-    defaults stay the one list), every option of the role's C(meta/argument_specs.yml)
-    entry point, every top-level variable of C(defaults/main.yml), and any variable
-    with one of O(prefixes).
+  - Known keys are the launch's parameters (the table of C(plugins/plugin_utils/launch_params.py),
+    which the role's defaults and argument specs are written from), by their short C(-e) names
+    and their long names, and any variable with one of O(prefixes).
   - Runs on the controller, changes nothing, and runs the same in check mode.
 version_added: "0.1.0"
 author: ansible-slurm-train
 options:
-  defaults_file:
-    description: The role's C(defaults/main.yml).
-    type: path
-    required: true
-  argument_specs_file:
-    description: The role's C(meta/argument_specs.yml); the options of its C(main) entry point are known.
-    type: path
-    required: true
   prefixes:
     description: Variables whose names start with one of these are known (set by the inventory or Ansible).
     type: list
@@ -43,13 +33,11 @@ options:
 EXAMPLES = r"""
 - name: Refuse unknown -e keys.
   slurm_launch_extra_vars:
-    defaults_file: "{{ role_path }}/defaults/main.yml"
-    argument_specs_file: "{{ role_path }}/meta/argument_specs.yml"
 """
 
 RETURN = r"""
 aliases:
-  description: The short -e names read by the role's defaults, in the order they appear there.
+  description: The short -e names of the launch's parameters, in the table's order.
   returned: always
   type: list
   elements: str
@@ -74,36 +62,14 @@ unknown:
 """
 
 import difflib
-import re
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
-# "{{ nodes | default('') }}": the alias is the variable a default falls back from.
-ALIAS_RE = re.compile(r"\{\{-?\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\(")
-# A top-level key of a YAML mapping: "slurm_launch_env: {}".
-TOP_LEVEL_KEY_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*):", re.MULTILINE)
-
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params
 
 # O(prefixes)' default: what the inventory and Ansible set.
 DEFAULT_PREFIXES = ("cluster_", "ansible_")
-
-
-def aliases_of(defaults_text):
-    """The NAME of each {{ NAME | default(...) }}, in order, without repeats."""
-    return list(dict.fromkeys(ALIAS_RE.findall(defaults_text)))
-
-
-def known_options(defaults_text, specs):
-    """The role's long names: the options of its argument specs' main entry point (``specs``,
-    the loaded meta/argument_specs.yml) and every top-level variable of its defaults.
-    ValueError when the specs have no main entry point's options."""
-    try:
-        options = set(specs["argument_specs"]["main"]["options"])
-    except (KeyError, TypeError):
-        raise ValueError("has no argument_specs.main.options") from None
-    return options | set(TOP_LEVEL_KEY_RE.findall(defaults_text))
 
 
 def unknown_keys(given, aliases, options, prefixes=DEFAULT_PREFIXES):
@@ -131,23 +97,12 @@ def unknown_keys_message(unknown, aliases, options, prefixes, prefixed=()):
     )
 
 
-def check_extra_vars(loader, defaults_file, argument_specs_file, prefixes, task_vars):
-    """The -e keys given to ansible-playbook against what the role reads: aliases, known (sorted),
-    given (sorted), unknown, and msg (unknown_keys_message; '' when none is unknown). The task's
-    variables are the prefixed names only suggested. AnsibleActionFail when the role's files cannot
-    be read. This action's and the slurm_launch_request action's one check."""
-    try:
-        with open(defaults_file, encoding="utf-8") as handle:
-            defaults_text = handle.read()
-    except OSError as error:
-        raise AnsibleActionFail(f"cannot read the role's defaults {defaults_file}: {error}") from None
-    # Read, not changed: no copy of the loader's cached specs.
-    specs = loader.load_from_file(argument_specs_file, unsafe=True) or {}
-    try:
-        options = known_options(defaults_text, specs)
-    except ValueError as error:
-        raise AnsibleActionFail(f"{argument_specs_file} {error}") from None
-    aliases = aliases_of(defaults_text)
+def check_extra_vars(loader, prefixes, task_vars):
+    """The -e keys given to ansible-playbook against the launch's parameters: aliases, known
+    (sorted), given (sorted), unknown, and msg (unknown_keys_message; '' when none is unknown). The
+    task's variables are the prefixed names only suggested. This action's and the
+    slurm_launch_request action's one check."""
+    aliases, options = list(launch_params.ALIASES), set(launch_params.NAMES)
     given = sorted(load_extra_vars(loader))
     unknown = unknown_keys(given, aliases, options, prefixes)
     msg = ""
@@ -166,12 +121,9 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec={
-            "defaults_file": {"type": "path", "required": True},
-            "argument_specs_file": {"type": "path", "required": True},
             "prefixes": {"type": "list", "elements": "str", "default": list(DEFAULT_PREFIXES)},
         })
-        found = check_extra_vars(self._loader, args["defaults_file"], args["argument_specs_file"],
-                                 tuple(args["prefixes"]), task_vars or {})
+        found = check_extra_vars(self._loader, tuple(args["prefixes"]), task_vars or {})
         result.update(changed=False, **{key: found[key] for key in ("aliases", "known", "given", "unknown")})
         if found["unknown"]:
             result.update(failed=True, msg=found["msg"])

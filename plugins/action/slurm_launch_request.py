@@ -36,7 +36,8 @@ options:
   request:
     description:
       - The role's values, by their short C(-e) names (C(nodes), C(group), C(script), ...); every
-        key of the role's request is required (see the role's C(vars/main.yml)).
+        request key of the launch's parameter table (C(plugins/plugin_utils/launch_params.py)) is
+        required (the role's C(vars/main.yml) passes them).
     type: dict
     required: true
   render:
@@ -49,31 +50,11 @@ options:
     description: The C(SLURM_CONF) that Slurm's commands on the submit host read; empty for their default.
     type: str
     default: ""
-  defaults_file:
-    description: The role's C(defaults/main.yml): its aliases are known C(-e) keys.
-    type: path
-    required: true
-  argument_specs_file:
-    description: The role's C(meta/argument_specs.yml): its main entry point's options are known C(-e) keys.
-    type: path
-    required: true
-  validate_entry_point:
-    description:
-      - An entry point of O(argument_specs_file) whose options are checked against the task's
-        variables first, as Ansible checks a role's before its tasks (the same rules and message).
-      - For a play that imports the role with C(rolespec_validate=false) (C(launch.yml)): the
-        check is then part of this task, not a task of its own. Empty checks none.
-    type: str
-    default: ""
 """
 
 EXAMPLES = r"""
 - name: Check the request and put the job together.
   slurm_launch_request:
-    defaults_file: "{{ role_path }}/defaults/main.yml"
-    argument_specs_file: "{{ role_path }}/meta/argument_specs.yml"
-    # launch.yml imports the role with rolespec_validate: false; its arguments are checked here.
-    validate_entry_point: main
     slurm_conf: "{{ cluster_slurm_conf }}"
     request:
       nodes: "{{ slurm_launch_nodes }}"
@@ -138,7 +119,6 @@ from pathlib import Path
 
 from ansible import context
 from ansible.errors import AnsibleActionFail, AnsibleError
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.parsing.splitter import parse_kv
 from ansible.plugins.action import ActionBase
@@ -147,32 +127,23 @@ from ansible.utils.vars import load_extra_vars
 from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as _extra_vars
 from ansible_collections.hpc.slurm_train.plugins.filter import node_health as _nodes
 from ansible_collections.hpc.slurm_train.plugins.filter import train_job as _train_job
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params as _params
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import request_checks as _checks
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _sweep
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils.script_path import script_path as _script_path
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils.shell_words import shell_words as _shell_words
 
-# Every value of a request, by its short -e name; the task passes each (vars/main.yml's _slurm_launch_request:
-# the key KEY is the variable ROLE_PREFIX + KEY).
-ROLE_PREFIX = "slurm_launch_"
-REQUEST_KEYS = (
-    "nodes", "group", "script", "script_args", "job_name", "code_dir", "partition", "account", "num_nodes",
-    "gpus_per_node", "cpus_per_task", "nproc_per_node", "omp_num_threads", "master_port", "job_id",
-    "follow_timeout", "log_tail_lines", "jobs_dir", "time_limit", "warning_signal", "warning_seconds",
-    "max_restarts", "extra_directives", "env", "cuda_home", "replace_ld_library_path", "conda_root", "conda_env",
-    "venv", "nccl_env_dir", "rendezvous", "sweep", "sweep_parallel", "env_from",
-)
-# The values given that reach the job script, checked by train_job's rules before anything else is
-# (the Python API checks the same keys of its arguments: slurm_train/_rules.py).
-GIVEN_KEYS = ("jobs_dir", "account", "time_limit", "extra_directives", "env", "cuda_home", "conda_root",
-              "conda_env", "venv", "nccl_env_dir", "rendezvous", "script", "script_args")
+# Every value of a request, by its key; the task passes each (vars/main.yml's _slurm_launch_request:
+# the key KEY is the variable ROLE_PREFIX + KEY). The values given that reach the job script are
+# checked by train_job's rules before anything else is (the Python API checks the same keys of its
+# arguments: slurm_train/_rules.py).
+ROLE_PREFIX = _params.ROLE_PREFIX
+REQUEST_KEYS = _params.REQUEST_KEYS
+GIVEN_KEYS = _params.GIVEN_KEYS
 ARGUMENT_SPEC = {
     "request": {"type": "dict", "required": True},
     "render": {"type": "bool", "default": True},
     "slurm_conf": {"type": "str", "default": ""},
-    "defaults_file": {"type": "path", "required": True},
-    "argument_specs_file": {"type": "path", "required": True},
-    "validate_entry_point": {"type": "str", "default": ""},
 }
 # The values given with -e that reach the job script are taken as the text given, not templated:
 # a value "a{#c#}b" is that, and no caller of the Python API runs a lookup on the controller.
@@ -296,7 +267,7 @@ def verbatim_values(request, given, aliases, task_vars):
         long_name = ROLE_PREFIX + key
         if long_name in given:
             name = long_name
-        elif key in aliases and key in given and _extra_vars.ALIAS_RE.search(str(task_vars.get(long_name, ""))):
+        elif key in aliases and key in given and str(task_vars.get(long_name, "")) == role_default(key):
             name = key
         else:
             continue
@@ -305,6 +276,12 @@ def verbatim_values(request, given, aliases, task_vars):
         except (TypeError, ValueError):
             continue  # not plain data: the templated value stands
     return request
+
+
+def role_default(key):
+    """The role's default of slurm_launch_<key> as Ansible holds it before templating: the template
+    that reads the key's -e alias (the launch's parameter table writes defaults/main.yml)."""
+    return _params.default_template(_params.PARAMS[key])
 
 
 def secret_names(env):
@@ -441,16 +418,7 @@ class ActionModule(ActionBase):
         request = args["request"]
         result["changed"] = False
 
-        if args["validate_entry_point"]:
-            errors = self.role_argument_errors(args["argument_specs_file"], args["validate_entry_point"], request,
-                                               task_vars)
-            if errors:
-                # Ansible's own words for a role's arguments (its validate_argument_spec action's).
-                return {**result, "failed": True, "argument_errors": errors,
-                        "msg": "Validation of arguments failed:\n" + "\n".join(errors)}
-
-        unknown = _extra_vars.check_extra_vars(self._loader, args["defaults_file"], args["argument_specs_file"],
-                                               _extra_vars.DEFAULT_PREFIXES, task_vars)["msg"]
+        unknown = _extra_vars.check_extra_vars(self._loader, _extra_vars.DEFAULT_PREFIXES, task_vars)["msg"]
         if unknown:
             return {**result, "failed": True, "msg": unknown}
 
@@ -459,9 +427,7 @@ class ActionModule(ActionBase):
             lambda text: _load_inline(self._loader, text))
         if problem:
             return {**result, "failed": True, "msg": problem}
-        request = verbatim_values(request, load_extra_vars(self._loader),
-                                  _extra_vars.aliases_of(Path(args["defaults_file"]).read_text(encoding="utf-8")),
-                                  task_vars)
+        request = verbatim_values(request, load_extra_vars(self._loader), _params.ALIASES, task_vars)
         request, problem = env_from_environment(request, os.environ)
         if problem:
             return {**result, "failed": True, "msg": problem}
@@ -502,23 +468,6 @@ class ActionModule(ActionBase):
             return {**result, "failed": True, "msg": str(exc.message)}
         return {**result, **found, "node_plan": plan, "job": job, "job_files": self.job_files(job, task_vars),
                 "run_request": run_request(job, script_file, code_dir)}
-
-    def role_argument_errors(self, argument_specs_file, entry_point, request, task_vars):
-        """The role's variables against the options of its argument specs' entry point, as Ansible
-        checks them before a role's tasks (validate_argument_spec's rules); the errors. The request's
-        values are its slurm_launch_<key> variables, templated already (vars/main.yml); the others are
-        templated here."""
-        # Read only: the loader's cached parse (the -e keys' check reads it too), not a deep copy.
-        specs = self._loader.load_from_file(argument_specs_file, unsafe=True) or {}
-        try:
-            options = specs["argument_specs"][entry_point]["options"]
-        except (KeyError, TypeError):
-            raise AnsibleActionFail(f"{argument_specs_file} has no argument_specs.{entry_point}.options") from None
-        given = {f"{ROLE_PREFIX}{key}": value for key, value in request.items()}
-        values = {name: given[name] for name in options if name in given}
-        values.update(self._templar.template({name: task_vars[name] for name in options
-                                              if name in task_vars and name not in given}))
-        return ArgumentSpecValidator(options).validate(values, validate_role_argument_spec=True).error_messages
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be

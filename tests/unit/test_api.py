@@ -20,6 +20,7 @@ TRAINER = str(PROJECT_ROOT / "examples" / "train_ddp.py")
 # The rules as the playbook imports them.
 from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as extra_vars  # noqa: E402
 from ansible_collections.hpc.slurm_train.plugins.filter import train_job  # noqa: E402
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params  # noqa: E402
 
 
 @pytest.fixture
@@ -31,11 +32,8 @@ def nothing_runs(monkeypatch):
 
 
 def playbook_unknown_message(given, prefixed):
-    """The slurm_launch_extra_vars task's message for these -e keys, from the role's files."""
-    text = (ROLE / "defaults" / "main.yml").read_text()
-    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
-    aliases = extra_vars.aliases_of(text)
-    options = extra_vars.known_options(text, specs)
+    """The slurm_launch_extra_vars task's message for these -e keys, from the launch's parameter table."""
+    aliases, options = list(launch_params.ALIASES), set(launch_params.NAMES)
     unknown = extra_vars.unknown_keys(sorted(given), aliases, options)
     assert unknown, "the test's keys must include an unknown one"
     return extra_vars.unknown_keys_message(unknown, aliases, options, ("cluster_", "ansible_"), prefixed)

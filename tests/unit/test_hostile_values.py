@@ -143,15 +143,6 @@ def test_a_script_path_that_is_no_path_is_refused(given):
         script_path(given, cwd="/repo")
 
 
-def test_the_aliases_are_read_from_the_defaults():
-    aliases = extra_vars.aliases_of((ROOT / "roles" / "slurm_launch" / "defaults" / "main.yml").read_text())
-    assert set(aliases) >= {"nodes", "group", "num_nodes", "script", "script_args", "job_name", "wait", "job_id",
-                            "force", "partition", "account", "gpus_per_node", "cpus_per_task", "nproc_per_node",
-                            "time_limit", "rendezvous", "master_port"}
-    assert "cluster_account" not in aliases, "a default's fallback is no alias"
-    assert extra_vars.aliases_of("a: \"{{ x | default('') }}\"\nb: \"{{-y|default(1) }}\"\nc: \"{{ z }}\"") == ["x", "y"]
-
-
 def test_an_unknown_key_gets_the_closest_known_one_and_the_known_keys():
     message = extra_vars.unknown_keys_message(["nods", "zzz"], ["nodes", "wait"], {"slurm_launch_wait"},
                                               ("cluster_", "ansible_"), ["cluster_nas_root"])

@@ -1,12 +1,11 @@
-"""The slurm_launch_extra_vars action plugin run as the launch runs it: the role's real defaults
-and argument specs, the -e values as ansible-playbook's command line hands them over."""
+"""The slurm_launch_extra_vars action plugin run as the launch runs it: the launch's parameter
+table, the -e values as ansible-playbook's command line hands them over."""
 
 from types import SimpleNamespace
 from unittest import mock
 
 import pytest
 from ansible import context
-from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.collections import ImmutableDict
 from ansible.parsing.dataloader import DataLoader
 from ansible.utils.vars import load_extra_vars
@@ -19,8 +18,7 @@ from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extr
 
 def run(extra_vars, task_vars=None, **args):
     """The task's result for `ansible-playbook ... -e EXTRA_VARS[0] -e EXTRA_VARS[1] ...`."""
-    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
-            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml"), **args}
+    args = dict(args)
     task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_extra_vars")
     plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), DataLoader(), None, None)
     # load_extra_vars keeps the first command line it read; each test gives its own.
@@ -87,24 +85,8 @@ def test_without_extra_vars_nothing_is_refused():
     assert {"slurm_launch_nodes", "nodes", "wait"} <= set(result["known"])
 
 
-def test_an_unreadable_defaults_file_is_named(tmp_path):
-    with pytest.raises(AnsibleActionFail, match=f"cannot read the role's defaults {tmp_path}/missing.yml: "):
-        run([], defaults_file=str(tmp_path / "missing.yml"))
-
-
-def test_argument_specs_without_main_options_are_named(tmp_path):
-    specs = tmp_path / "argument_specs.yml"
-    specs.write_text("argument_specs:\n  main:\n    short_description: no options\n")
-    with pytest.raises(AnsibleActionFail, match=f"{specs} has no argument_specs.main.options"):
-        run([], argument_specs_file=str(specs))
-    specs.write_text("")
-    with pytest.raises(AnsibleActionFail, match="has no argument_specs.main.options"):
-        run([], argument_specs_file=str(specs))
-
-
 def test_check_mode_refuses_the_same_keys():
-    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
-            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml")}
+    args = {}
     task = SimpleNamespace(args=args, async_val=0, check_mode=True, action="slurm_launch_extra_vars")
     plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), DataLoader(), None, None)
     with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=("wiat=false",))), \
@@ -115,8 +97,7 @@ def test_check_mode_refuses_the_same_keys():
 
 def test_nothing_is_made_on_a_host():
     # It reads the controller's files only: no temporary directory on the target first.
-    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
-            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml")}
+    args = {}
     task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_extra_vars")
     connection = mock.MagicMock()
     connection._shell.tmpdir = None
@@ -125,30 +106,3 @@ def test_nothing_is_made_on_a_host():
             mock.patch.object(load_extra_vars, "extra_vars", None, create=True), \
             mock.patch.object(plugin, "_make_tmp_path", side_effect=AssertionError("made a remote tmp dir")):
         assert plugin.run(task_vars={})["unknown"] == []
-
-
-@pytest.mark.parametrize("missing", ["defaults_file", "argument_specs_file"])
-def test_both_role_files_must_be_given(missing):
-    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
-            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml")}
-    del args[missing]
-    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_extra_vars")
-    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), DataLoader(), None, None)
-    with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=())), \
-            mock.patch.object(load_extra_vars, "extra_vars", None, create=True), \
-            pytest.raises(AnsibleActionFail, match=f"^missing required arguments: {missing}$"):
-        plugin.run(task_vars={})
-
-
-def test_only_prefixed_variables_are_offered_as_suggestions():
-    # inventory_hostname is set for every task but is no launch key: never suggested.
-    result = run(["inventory_hostnam=x"], task_vars={"inventory_hostname": "login1", "cluster_nas_root": "/nas"})
-    assert result["msg"].startswith("Unknown -e key: -e inventory_hostnam. A launch reads: ")
-
-
-def test_the_check_opens_no_connection_to_the_host():
-    # It reads only the play's files and the command line, so Ansible's task executor (which asks
-    # _requires_connection) runs it on the controller: a misspelt -e is refused even when the
-    # submit host cannot be reached, instead of an SSH error hiding the typo.
-    assert action.ActionModule._requires_connection is False
-    assert action.ActionModule.TRANSFERS_FILES is False

@@ -10,7 +10,7 @@ import yaml
 from ansible import context
 from ansible.module_utils.common.collections import ImmutableDict
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
 from ansible.utils.vars import load_extra_vars
 
 from conftest import PROJECT_ROOT, init_plugin_loader
@@ -52,8 +52,7 @@ def request(trainer, **given):
 def run(the_request, extra_vars=("nodes=node[110-111]",), role_vars=None, **args):
     """The task's result for `ansible-playbook launch.yml -e EXTRA_VARS...` with ``the_request``
     (``role_vars``: more of the task's variables, as the role's defaults and -e give them)."""
-    args = {"defaults_file": str(ROLE / "defaults" / "main.yml"),
-            "argument_specs_file": str(ROLE / "meta" / "argument_specs.yml"), "request": the_request, **args}
+    args = {"request": the_request, **args}
     task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_request",
                            get_search_path=lambda: [str(ROLE)])
     loader = DataLoader()
@@ -171,36 +170,3 @@ def test_each_key_of_the_request_is_the_roles_variable_of_that_name():
     assert set(keys) == set(action.REQUEST_KEYS)
     for key, value in keys.items():
         assert value == f"{{{{ {action.ROLE_PREFIX}{key} }}}}", (key, value)
-
-
-@pytest.mark.parametrize("given, role_vars, words", [
-    # A variable outside the request, templated here as Ansible's own check templates it.
-    # (trusted: a template from the role's defaults or the inventory is; -e values are text.)
-    ({}, {"slurm_launch_wait": trust_as_template("{{ 'maybe' }}")},
-     ["argument 'slurm_launch_wait'", "The value 'maybe' is not a valid boolean"]),
-    # A request's value, read under its variable's name; before the -e keys' and the shape's checks.
-    ({"num_nodes": "two", "nodes": 110}, {}, ["argument 'slurm_launch_num_nodes'", "'two'", "cannot be converted to an int"]),
-    ({"rendezvous": "dynamic"}, {}, ["slurm_launch_rendezvous", "static"]),
-])
-def test_the_roles_argument_specs_are_checked_first_with_ansibles_words(script, given, role_vars, words):
-    result = run(request(script, **given), extra_vars=("wiat=false",), role_vars=role_vars,
-                 validate_entry_point="main")
-    assert result.get("failed") is True, result
-    assert result["msg"].startswith("Validation of arguments failed:\n"), result["msg"]
-    for word in words:
-        assert word in result["msg"], result["msg"]
-    assert result["argument_errors"]
-
-
-def test_without_an_entry_point_the_specs_are_not_checked(script):
-    """The preflight's use (its include_role has Ansible check its own entry point)."""
-    result = run(request(script), role_vars={"slurm_launch_wait": "maybe"})
-    assert not result.get("failed"), result.get("msg")
-
-
-def test_a_good_request_passes_the_argument_specs(script):
-    result = run(request(script), role_vars={"slurm_launch_wait": trust_as_template("{{ 'false' }}"),
-                                                "slurm_launch_force": True},
-                 validate_entry_point="main")
-    assert not result.get("failed"), result.get("msg")
-    assert result["job"]["job_name"] == "train"
