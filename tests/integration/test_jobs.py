@@ -89,7 +89,7 @@ def test_jobs_lists_follows_a_log_refuses_bobs_cancel_and_cancels(cluster, tmp_p
                 line = lines.get(timeout=5)
             except queue.Empty:
                 continue
-            match = re.match(rf"\s+{running_id} \| \[rank0\] step=(\d+) ", line)
+            match = re.match(rf"\s+{running_id} \| \[rank0@node110\] \[rank0\] step=(\d+) ", line)
             if match:
                 steps.append(int(match.group(1)))
         assert steps and steps[-1] > before + 4, f"no live log lines of job {running_id} after step {before}: {steps}"
