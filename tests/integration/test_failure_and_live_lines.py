@@ -4,7 +4,8 @@ A script that raises on rank 1 only: the playbook's failure (JobFailed's message
 job.json and JobFailed.failure name rank 1, its node and the exception's type and message. A
 script that prints a timestamped line every second: ansible-playbook's own output (read here
 line by line, each line timed as it arrives) shows each line within 5 s of the training writing
-it, the two times on this machine's one clock."""
+it, the two times on this machine's one clock; so do the API's on_progress, for no more Slurm
+commands than a follow without live lines, and `jobs.yml -e logs=N`."""
 
 import json
 import re
@@ -136,3 +137,31 @@ def test_the_api_gets_the_lines_as_they_come_for_no_more_slurm_queries_than_a_qu
     assert live.succeeded and quiet.succeeded
     print(f"Slurm commands while following: live {live.result['queries']}, quiet {quiet.result['queries']}")
     assert live.result["queries"] <= quiet.result["queries"], (live.result["queries"], quiet.result["queries"])
+
+
+def test_jobs_logs_shows_each_new_line_within_5_s(cluster, tmp_path):
+    script = tmp_path / "code" / "timestamped_lines.py"
+    script.parent.mkdir()
+    script.write_text(TIMESTAMPED_LINES.replace("LINES", str(LINES)))
+    submitted = slurm_train.launch(script=str(script), nodes="node110", nproc_per_node=1, wait=False,
+                                   job_name=unique_job_name("live-logs"), slurm_launch_outputs_dir=str(tmp_path))
+    follow_started = time.time()
+    proc = subprocess.Popen(["ansible-playbook", "jobs.yml", "-e", f"logs={submitted.job_id}"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append((time.time(), line.rstrip("\n")))
+        assert proc.wait(timeout=120) == 0, "\n".join(line for _, line in lines)
+    finally:
+        proc.kill()
+        cluster.slurm("scancel", str(submitted.job_id), check=False)
+    delays = {}
+    for at, line in lines:
+        match = re.match(rf"^  {submitted.job_id} \| \[rank0@node110\] live line (\d+) written at ([\d.]+)$", line)
+        if match and float(match.group(2)) > follow_started:  # the tail shown first was written before
+            delays.setdefault(int(match.group(1)), at - float(match.group(2)))
+    assert delays and max(delays) == LINES - 1, "\n".join(line for _, line in lines)
+    print("jobs.yml -e logs=N, seconds from the training's line to its own:",
+          " ".join(f"{delays[n]:.2f}" for n in sorted(delays)))
+    assert max(delays.values()) < 5, delays
