@@ -192,6 +192,9 @@ FAILURE_FRAMES = 4
 _EXCEPTION_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)(?:: (.*))?$")
 _CHAINED = ("During handling of the above exception, another exception occurred:",
             "The above exception was the direct cause of the following exception:")
+# torchrun's agent stopped by a signal (srun ending the step after another node failed, a
+# cancel, the time limit): a consequence, never the cause.
+_STOPPED = "torch.distributed.elastic.multiprocessing.api.SignalException"
 
 
 def rank_line(line):
@@ -211,7 +214,9 @@ def first_failure(lines, frames=FAILURE_FRAMES):
     the first is the rank whose exception line comes first in the log, shown with the last
     exception of that chain ("During handling of the above exception..."). Lines without a rank
     prefix (torchrun, srun, a job from before the prefix) are one more writer, read the same way
-    with rank and node None: any rank's failure goes before it."""
+    with rank and node None, and only in a log where no line has a rank: where ranks wrote,
+    torchrun's own tracebacks are what followed their failure. A torchrun stopped by a signal
+    (_STOPPED) is never the failure."""
     writers = {}
     for index, line in enumerate(lines):
         rank, node, text = rank_line(line)
@@ -231,7 +236,9 @@ def first_failure(lines, frames=FAILURE_FRAMES):
                     writer["frames"][-1].append(stripped)  # its source line (not 3.11's ^^^ markers)
                 continue
             match = _EXCEPTION_RE.match(text)
-            if match and writer["frames"]:  # other lines (a print of the rank between) are passed over
+            if match and match.group(1) == _STOPPED:
+                writer.update(state="idle", frames=[])
+            elif match and writer["frames"]:  # other lines (a print of the rank between) are passed over
                 writer.update(state="raised", type=match.group(1), message=match.group(2) or "",
                               traceback=[part for frame in writer["frames"][-frames:] for part in frame])
                 writer["at"] = index if writer["at"] is None else writer["at"]
@@ -240,9 +247,11 @@ def first_failure(lines, frames=FAILURE_FRAMES):
                 writer["state"] = "chained"
             elif stripped:
                 writer["state"] = "done"
-    raised = [(key, writer) for key, writer in writers.items() if writer["at"] is not None]
+    ranked = any(rank is not None for rank, _ in writers)
+    raised = [(key, writer) for key, writer in writers.items()
+              if writer["at"] is not None and (key[0] is not None or not ranked)]
     if not raised:
         return None
-    (rank, node), writer = min(raised, key=lambda item: (item[0][0] is None, item[1]["at"]))
+    (rank, node), writer = min(raised, key=lambda item: item[1]["at"])
     return {"rank": rank, "node": node, "type": writer["type"], "message": writer["message"],
             "traceback": writer["traceback"]}

@@ -63,6 +63,17 @@ def test_a_log_without_rank_prefixes_is_read_with_rank_and_node_unknown():
     assert (failure["rank"], failure["node"], failure["type"]) == (None, None, "ModuleNotFoundError")
 
 
+def test_torchrun_stopped_by_a_signal_and_torchruns_own_tracebacks_beside_ranks_are_not_the_failure():
+    lines = recorded("raise-on-rank-1.out")
+    # Without the ranks' lines, what is left is torchrun's SignalException (srun stopped it).
+    assert cluster_rules.first_failure([line for line in lines if not line.startswith("[rank")]) is None
+    # A traceback of torchrun's own, before the ranks' in the log, does not go before them.
+    own = ["Traceback (most recent call last):", '  File "<string>", line 15, in <module>',
+           "torch.distributed.DistStoreError: timed out"]
+    assert cluster_rules.first_failure(own + lines)["rank"] == 1
+    assert cluster_rules.first_failure(own)["type"] == "torch.distributed.DistStoreError"
+
+
 @pytest.mark.parametrize("lines", [
     [],
     ["step=1", "training step finished with exit code 137"],
