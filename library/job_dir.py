@@ -7,8 +7,9 @@ module: job_dir
 short_description: Make a user's private job directory on a shared NAS and stage code into it
 description:
   - Makes C(<jobs_root>/<user>/<job_name>/) and its C(code/) directory, where C(<user>) is the user
-    the module runs as. The jobs root is shared by every user (mode 1777, sticky); what is below it
-    is the user's own.
+    the module runs as. The jobs root is the NAS owner's (mode 0711), and C(<jobs_root>/<user>/) is
+    made for each user by C(provision.yml) (C(cluster_users)), so that no user can make another's
+    first; what is below it is the user's own.
   - Before it writes anything it refuses a directory on that path that is a symbolic link (or is
     reached through one) or that another user owns, naming the path and its owner. Directories are
     opened with C(O_NOFOLLOW) one component at a time, so a link planted between the check and the
@@ -255,7 +256,7 @@ made:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.job_dirs import STAGE_SPEC, Refused, release_runs_lock, stage
+from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import STAGE_SPEC, Refused, release_runs_lock, stage
 
 
 

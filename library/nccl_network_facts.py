@@ -69,7 +69,9 @@ options:
     description:
       - NCCL version of the training env. From 2.21 on NCCL detects each port's GID (its
         C(NCCL_IB_GID_INDEX) default is -1), so none is proposed.
-      - Empty reads it from O(env_prefix); unknown proposes the index as older NCCL needs it.
+      - Empty asks the torch of O(env_prefix) (C(torch.cuda.nccl.version()), the NCCL it loads, which a
+        static build links in), where the node has RoCE ports (the only use of the version), else reads
+        it from O(env_prefix)'s files; unknown proposes the index as older NCCL needs it.
     type: str
     default: ""
   env_prefix:
@@ -78,6 +80,27 @@ options:
         C(nvidia_nccl_cu*-*.dist-info) gives the NCCL version when O(nccl_version) is empty.
     type: path
     default: ""
+  conf_path:
+    description:
+      - The node's NCCL configuration file (C(/etc/nccl.conf)). The keys of the one found there that
+        O(role_keys) does not name are returned in C(nccl_network.kept) and said in a warning, to be
+        written back (an Azure HPC image's C(NCCL_TOPO_FILE), for one). In a file this role wrote,
+        only the keys it kept before count.
+      - Empty reads none.
+    type: path
+    default: ""
+  role_keys:
+    description:
+      - The keys the role sets itself besides the detected ones (its base settings and the inventory's).
+    type: list
+    elements: str
+    default: []
+  overrides:
+    description:
+      - The inventory's settings for this node, checked against its HCAs and interfaces as NCCL
+        parses them; what NCCL would read otherwise than meant is said in a warning.
+    type: dict
+    default: {}
 author:
   - ansible-slurm-train maintainers
 notes:
@@ -338,6 +361,11 @@ ansible_facts:
               returned: when one interface qualifies
               type: str
               sample: =eth0
+        kept:
+          description: Keys of the O(conf_path) found on the node that the role does not set, and their values.
+          returned: always
+          type: dict
+          sample: {"NCCL_TOPO_FILE": "/opt/microsoft/ndv5/topo.xml"}
         warnings:
           description: Reasons to doubt the proposal.
           returned: always
@@ -467,6 +495,9 @@ def read_hcas(sysfs_root):
                 "board_id": read_sysfs_value(os.path.join(hca_dir, "board_id")),
                 "pci_path": read_pci_path(sysfs_root, os.path.join(hca_dir, "device")),
                 "numa_node": read_sysfs_int(os.path.join(hca_dir, "device", "numa_node")),
+                # An SR-IOV virtual function links its physical function as device/physfn.
+                "virtual_function": os.path.exists(os.path.join(hca_dir, "device", "physfn")),
+                "netdevs": sorted_entries(os.path.join(hca_dir, "device", "net")),
                 "ports": [
                     read_port(os.path.join(ports_dir, str(port)), port)
                     for port in numeric_entries(ports_dir)
@@ -523,16 +554,27 @@ def read_interfaces(sysfs_root, ipv4_addresses):
                 "virtual": is_virtual_interface(sysfs_root, name),
                 "mtu": read_sysfs_int(os.path.join(iface_dir, "mtu")),
                 "address": read_sysfs_value(os.path.join(iface_dir, "address")),
+                # Mb/s; the kernel answers EINVAL (None here) where the driver does not know.
+                "speed": read_sysfs_int(os.path.join(iface_dir, "speed")),
+                # A bond's or VLAN's underlying devices (lower_<name> links, as the kernel makes them).
+                "lower": sorted(entry[len("lower_"):] for entry in sorted_entries(iface_dir)
+                                if entry.startswith("lower_")),
                 "ipv4": list(ipv4_addresses.get(name, [])),
             }
         )
     return interfaces
 
 
+# NCCL's IB transport skips every port whose link layer is neither (src/transport/net_ib/init.cc:
+# IBV_LINK_LAYER_INFINIBAND, IBV_LINK_LAYER_ETHERNET); EFA reads "Unknown" and goes through a plugin.
+NCCL_LINK_LAYERS = ("InfiniBand", "Ethernet")
+
+
 def active_ports(hcas):
-    """(hca name, port) for every active port, in device and port order."""
+    """(hca name, port) for every active port NCCL's IB transport can use, in device and port order."""
     return [
-        (hca["name"], port) for hca in hcas for port in hca["ports"] if port["active"]
+        (hca["name"], port) for hca in hcas for port in hca["ports"]
+        if port["active"] and port["link_layer"] in NCCL_LINK_LAYERS
     ]
 
 
@@ -549,19 +591,24 @@ def interface_is_up(interface):
             and interface.get("type") != ARPHRD_LOOPBACK)
 
 
-def choose_gid_index(gids, prefer_gid_type):
-    """Lowest index of the preferred type, IPv4-mapped GIDs first.
+def choose_gid_index(gids, prefer_gid_type, own_netdevs=()):
+    """Lowest index of the preferred type, IPv4-mapped GIDs first; of the port's own netdev
+    (own_netdevs: its PCI function's, device/net) where it has GIDs of its own, so that a VLAN's or a
+    macvlan's GID, listed before it, is not taken.
 
     An IPv4-mapped GID carries the routable address; a link-local one only works in one L2 segment.
     """
     candidates = [gid for gid in gids if gid["type"] == prefer_gid_type]
+    own = [gid for gid in candidates if gid.get("ndev") in set(own_netdevs)]
+    candidates = own or candidates
     ipv4_mapped = [gid for gid in candidates if is_ipv4_mapped_gid(gid["gid"])]
     chosen = ipv4_mapped or candidates
     return chosen[0]["index"] if chosen else None
 
 
-def propose_gid_index(ports, prefer_gid_type):
+def propose_gid_index(ports, prefer_gid_type, own_netdevs=None):
     """One NCCL_IB_GID_INDEX for the RoCE ports among (hca, port) pairs, and warnings.
+    own_netdevs: {hca name: its netdevs} (choose_gid_index's preference).
 
     NCCL before 2.21 takes a single index for all HCAs, so when ports disagree the index most
     of them share wins (lowest on a tie) and the disagreement is reported.
@@ -572,7 +619,7 @@ def propose_gid_index(ports, prefer_gid_type):
         if port["link_layer"] != "Ethernet":
             continue
         label = f"{hca_name}:{port['port']}"
-        index = choose_gid_index(port["gids"], prefer_gid_type)
+        index = choose_gid_index(port["gids"], prefer_gid_type, (own_netdevs or {}).get(hca_name, ()))
         if index is None:
             warnings.append(
                 f"{label} has no {prefer_gid_type} GID; NCCL_IB_GID_INDEX does not fit it."
@@ -654,6 +701,19 @@ def nccl_version_from_env(prefix):
     return None
 
 
+TORCH_NCCL_CODE = "import torch; print('.'.join(map(str, torch.cuda.nccl.version())))"
+
+
+def torch_nccl_version(module, prefix):
+    """The NCCL the env's torch loads (torch.cuda.nccl.version(): a static build's own), or None."""
+    python = os.path.join(prefix or "", "bin", "python")
+    if not prefix or not os.access(python, os.X_OK):
+        return None
+    rc, out, _err = module.run_command([python, "-c", TORCH_NCCL_CODE], environ_update={"LC_ALL": "C"})
+    version = out.strip().splitlines()[-1] if rc == 0 and out.strip() else ""
+    return version if parse_nccl_version(version) else None
+
+
 def read_pci_path(sysfs_root, device_link):
     """The PCI functions from the root complex down to a device: 'class/infiniband/mlx5_0/device'
     resolved -> ['0000:15:01.0', '0000:16:00.0', '0000:17:02.0', '0000:19:00.0'] (root port,
@@ -689,35 +749,80 @@ def read_gpus(sysfs_root):
     return gpus
 
 
-def shares_pcie_switch(hca_path, gpu_path):
-    """Whether two PCI paths meet below a PCIe switch rather than at the root port or the CPU:
-    their common part holds the root port and at least one switch port (NCCL's PIX/PXB)."""
+def pci_distance(hca_path, gpu_path):
+    """Hops between two PCI functions that meet below a PCIe switch (NCCL's PIX: one switch, PXB:
+    several), counted along both paths from where they part; None when they meet only at the
+    root port or the CPU (PHB, SYS) or a path is unreadable."""
     common = 0
     for hca_part, gpu_part in zip(hca_path, gpu_path):
         if hca_part != gpu_part:
             break
         common += 1
-    return common >= 2 and common < min(len(hca_path), len(gpu_path))
+    if common < 2 or common >= min(len(hca_path), len(gpu_path)):
+        return None
+    return len(hca_path) + len(gpu_path) - 2 * common
 
 
-def compute_fabric(hcas, gpus):
-    """The HCA ports of the compute fabric: those on HCAs that share a PCIe switch with a GPU,
-    of the link layer most of them have. Returns (ports, reason): ports as (hca, port) pairs of
-    every such port (active or not), empty with a reason when the topology cannot tell."""
+def shares_pcie_switch(hca_path, gpu_path):
+    """Whether two PCI paths meet below a PCIe switch rather than at the root port or the CPU:
+    their common part holds the root port and at least one switch port (NCCL's PIX/PXB)."""
+    return pci_distance(hca_path, gpu_path) is not None
+
+
+def hca_netdevs(hca, interfaces=()):
+    """The netdevs of an HCA (its PCI function's, its RoCE GIDs'), and every interface built on
+    one of them (a bond, a VLAN: their lower_* links)."""
+    names = set(hca.get("netdevs") or [])
+    names.update(gid["ndev"] for port in hca["ports"] for gid in port["gids"] if gid.get("ndev"))
+    for iface in interfaces:
+        if names & set(iface.get("lower") or []):
+            names.add(iface["name"])
+    return names
+
+
+def port_label(name, port):
+    return f"{name}:{port['port']}"
+
+
+def compute_fabric(hcas, gpus, dropped=()):
+    """The HCA ports of the compute fabric, chosen per GPU as NCCL ranks NICs: for each GPU the
+    HCA(s) at the smallest PCI distance below a switch (PIX/PXB), else those on its NUMA node,
+    then the link layer most of them have. SR-IOV virtual functions, link layers NCCL skips and
+    the HCAs in dropped (holding the cluster address) are no candidates.
+    Returns (ports, reason, how): ports as (hca, port) of every such port (active or not); empty
+    with the reason when nothing tells; how is "pci", "numa" or None."""
     if not gpus:
         return [], ("no NVIDIA GPU under bus/pci/devices, so the compute fabric cannot be told "
-                    "from storage and in-band ports; NCCL_IB_HCA left unset (NCCL chooses)")
-    local = [hca for hca in hcas
-             if any(shares_pcie_switch(hca["pci_path"], gpu["pci_path"]) for gpu in gpus)]
-    if not local:
-        return [], ("no HCA shares a PCIe switch with a GPU (or their PCI paths are unreadable); "
-                    "NCCL_IB_HCA left unset (NCCL chooses)")
-    ports = [(hca["name"], port) for hca in local for port in hca["ports"]]
-    layers = Counter(port["link_layer"] for _hca, port in ports if port["link_layer"])
+                    "from storage and in-band ports; NCCL_IB_HCA left unset (NCCL chooses)"), None
+    candidates = [hca for hca in hcas if not hca.get("virtual_function") and hca["name"] not in dropped
+                  and any(port["link_layer"] in NCCL_LINK_LAYERS for port in hca["ports"])]
+    if not candidates:
+        return [], ("no HCA port NCCL's IB transport can use (an InfiniBand or Ethernet link layer, not an "
+                    "SR-IOV virtual function); NCCL_IB_HCA left unset"), None
+    chosen, how = [], None
+    for gpu in gpus:
+        distances = {hca["name"]: pci_distance(hca["pci_path"], gpu["pci_path"]) for hca in candidates}
+        near = [d for d in distances.values() if d is not None]
+        chosen += [name for name, d in distances.items() if near and d == min(near) and name not in chosen]
+    if chosen:
+        how = "pci"
+    else:
+        for gpu in gpus:
+            numa = gpu.get("numa_node")
+            if numa is None or numa < 0:
+                continue
+            chosen += [hca["name"] for hca in candidates if hca.get("numa_node") == numa and hca["name"] not in chosen]
+        how = "numa" if chosen else None
+    if not chosen:
+        return [], ("no HCA shares a PCIe switch or a NUMA node with a GPU (or their PCI paths and NUMA "
+                    "nodes are unreadable); NCCL_IB_HCA left unset (NCCL chooses)"), None
+    ports = [(hca["name"], port) for hca in candidates if hca["name"] in chosen for port in hca["ports"]
+             if port["link_layer"] in NCCL_LINK_LAYERS]
+    layers = Counter(port["link_layer"] for _hca, port in ports)
     if not layers:
-        return [], "the GPU-local HCAs' link layers are unreadable; NCCL_IB_HCA left unset (NCCL chooses)"
+        return [], "the GPU-local HCAs' link layers are unreadable; NCCL_IB_HCA left unset (NCCL chooses)", None
     layer = min(layers, key=lambda name: (-layers[name], name))
-    return [(name, port) for name, port in ports if port["link_layer"] == layer], None
+    return [(name, port) for name, port in ports if port["link_layer"] == layer], None, how
 
 
 def cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cidr):
@@ -745,41 +850,72 @@ def cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cid
                   "neither cluster_address nor cluster_cidr given")
 
 
+# The socket interface below this speed (Mb/s) carrying all of NCCL's traffic is worth a warning.
+SLOW_SOCKET_MBPS = 25000
+
+
 def propose_site_settings(
     hcas, gpus, interfaces, exclude_patterns, prefer_gid_type,
     cluster_address=None, cluster_cidr=None, nccl_version=None,
 ):
     """What an admin of a DGX/HGX cluster would set, with the reason for each key.
 
-    NCCL_IB_HCA: only the compute fabric, exact ('=') and with ports; unset where the topology
-    cannot tell. NCCL_SOCKET_IFNAME: the one cluster interface. NCCL_IB_GID_INDEX: only for NCCL
-    before 2.21 (later ones detect it per port). Returns (proposed, warnings, reasons, faults):
-    reasons {key: why it is set or unset}, faults what is wrong with this node's own hardware.
+    NCCL_IB_HCA: the compute fabric (compute_fabric), exact ('=') and with ports; unset, with a
+    warning naming the ports, where the topology cannot tell. NCCL_SOCKET_IFNAME: the one cluster
+    interface; the HCA whose netdev holds it is no rail. NCCL_IB_GID_INDEX: only for NCCL before
+    2.21 (later ones detect it per port). Returns (proposed, warnings, reasons, faults): reasons
+    {key: why it is set or unset}, faults what is wrong with this node's own hardware.
     """
     warnings, reasons, faults = [], {}, []
-    proposed = {"NCCL_IB_DISABLE": "0" if active_ports(hcas) else "1"}
-    fabric, why_not = compute_fabric(hcas, gpus)
-    rdma_ports = [(name, port) for name, port in fabric if port["active"]]
+    usable = active_ports([hca for hca in hcas if not hca.get("virtual_function")])
+    proposed = {"NCCL_IB_DISABLE": "0" if usable else "1"}
+    skipped = [(port_label(hca["name"], port), port["link_layer"] or "unreadable") for hca in hcas
+               for port in hca["ports"] if port["active"] and port["link_layer"] not in NCCL_LINK_LAYERS]
+    if skipped:
+        listed = ", ".join(label for label, _layer in skipped[:4]) + (f" and {len(skipped) - 4} more"
+                                                                      if len(skipped) > 4 else "")
+        layers = "/".join(sorted({layer for _label, layer in skipped}))
+        warnings.append(f"{listed}: active, of link layer {layers}, which NCCL's IB transport skips (EFA and "
+                        "other devices without InfiniBand or Ethernet verbs go through an NCCL net plugin, such "
+                        "as aws-ofi-nccl): no NCCL_IB_HCA for them; check that the training env has the plugin.")
+    name, why = cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cidr)
+    netdevs = {hca["name"]: hca_netdevs(hca, interfaces) for hca in hcas}
+    dropped = sorted((hca for hca in netdevs if name and name in netdevs[hca]), key=natural_key)
+    # A node whose only RDMA ports carry its address too (one NIC for everything) keeps them.
+    if not any(hca not in dropped for hca, _port in usable):
+        dropped = []
+    fabric, why_not, how = compute_fabric(hcas, gpus, dropped)
+    rdma_ports = [(hca, port) for hca, port in fabric if port["active"]]
+    held = (f"; {', '.join(dropped)} left out: {'its' if len(dropped) == 1 else 'their'} netdev holds the "
+            f"cluster interface {name}" if dropped else "")
     if why_not:
-        reasons["NCCL_IB_HCA"] = why_not
-        rdma_ports = active_ports(hcas)
+        reasons["NCCL_IB_HCA"] = why_not + held
+        candidates = [port_label(hca, port) for hca, port in usable if hca not in dropped]
+        if gpus and len(candidates) > 1:
+            warnings.append(f"NCCL_IB_HCA left unset, and NCCL then uses every active port ({', '.join(candidates)}), "
+                            "a front-end or storage port included: the PCI topology and NUMA nodes do not tell which "
+                            "are the compute fabric; name them in nccl_env_overrides (NCCL_IB_HCA: =hca:port,...).")
+        rdma_ports = [(hca, port) for hca, port in usable if hca not in dropped]
     elif rdma_ports:
         # "=": exact names; without it mlx5_1 would also match mlx5_10 and mlx5_11.
-        proposed["NCCL_IB_HCA"] = "=" + ",".join(f"{name}:{port['port']}" for name, port in rdma_ports)
-        reasons["NCCL_IB_HCA"] = (f"the {fabric[0][1]['link_layer']} ports of the HCAs that share a "
-                                  "PCIe switch with a GPU (the compute fabric)")
+        proposed["NCCL_IB_HCA"] = "=" + ",".join(port_label(hca, port) for hca, port in rdma_ports)
+        reasons["NCCL_IB_HCA"] = ((f"the {fabric[0][1]['link_layer']} ports of the HCAs nearest each GPU below "
+                                   "a PCIe switch (NCCL's PIX/PXB: the compute fabric)") if how == "pci" else
+                                  (f"the {fabric[0][1]['link_layer']} ports of the HCAs on each GPU's NUMA node "
+                                   "(no HCA shares a PCIe switch with a GPU)")) + held
     else:
-        reasons["NCCL_IB_HCA"] = "no port of the GPU-local HCAs is active"
-    for name, port in fabric:
+        reasons["NCCL_IB_HCA"] = "no port of the GPU-local HCAs is active" + held
+    for hca, port in fabric if how == "pci" else []:
         if not port["active"]:
-            faults.append(f"{name}:{port['port']} is a compute rail (its HCA shares a PCIe switch with "
+            faults.append(f"{hca}:{port['port']} is a compute rail (its HCA shares a PCIe switch with "
                           f"a GPU) but its port is {port['state'] or 'unreadable'}, not ACTIVE")
     version = parse_nccl_version(nccl_version)
     if version and version >= (2, 21):
         reasons["NCCL_IB_GID_INDEX"] = (f"NCCL {nccl_version} finds each port's RoCE v2 GID itself "
                                         "(its default -1 since 2.21); a forced index is left out")
     elif any(port["link_layer"] == "Ethernet" for _name, port in rdma_ports):
-        gid_index, gid_warnings = propose_gid_index(rdma_ports, prefer_gid_type)
+        own = {hca["name"]: hca.get("netdevs") or [] for hca in hcas}
+        gid_index, gid_warnings = propose_gid_index(rdma_ports, prefer_gid_type, own)
         warnings.extend(gid_warnings)
         if gid_index is not None and not gid_warnings:
             proposed["NCCL_IB_GID_INDEX"] = str(gid_index)
@@ -789,13 +925,22 @@ def propose_site_settings(
                    else "an NCCL of unknown version (give nccl_version: 2.21 and later choose per port)"))
         else:
             reasons["NCCL_IB_GID_INDEX"] = ("the compute RoCE ports have no one GID index of type "
-                                            f"{prefer_gid_type} and this NCCL takes one for all; left unset")
-    name, why = cluster_interface(interfaces, exclude_patterns, cluster_address, cluster_cidr)
+                                            f"{prefer_gid_type} and this NCCL takes one for all; left unset, "
+                                            "so NCCL before 2.21 uses index 0 (its default), a RoCE v1 or "
+                                            "link-local GID on most ports")
+            warnings.append(f"NCCL_IB_GID_INDEX left unset: NCCL {nccl_version or 'of unknown version'} then uses "
+                            "GID index 0; set it in nccl_env_overrides, or use NCCL 2.21 or later.")
     reasons["NCCL_SOCKET_IFNAME"] = why
     if name:
         # "=": exact; eth0 would also match eth01. One interface: NCCL's bootstrap takes the
         # first match in getifaddrs order, and its socket transport spreads over every match.
         proposed["NCCL_SOCKET_IFNAME"] = "=" + name
+        speed = next((iface.get("speed") for iface in interfaces if iface["name"] == name), None)
+        if proposed["NCCL_IB_DISABLE"] == "1" and gpus and speed and 0 < speed < SLOW_SOCKET_MBPS:
+            warnings.append(f"NCCL_IB_DISABLE=1 (no usable RDMA port): all of NCCL's traffic goes over {name}, "
+                            f"a {speed // 1000 if speed >= 1000 else speed / 1000:g} Gb/s interface, below "
+                            f"{SLOW_SOCKET_MBPS // 1000} Gb/s: a multi-node training will crawl; give the nodes an "
+                            "RDMA fabric or a faster interface (nccl_env_overrides: NCCL_SOCKET_IFNAME).")
     else:
         warnings.append(f"NCCL_SOCKET_IFNAME left unset: {why}.")
     return proposed, warnings, reasons, faults
@@ -835,6 +980,121 @@ def propose_nccl_settings(
             "(up, not loopback, not excluded, with an IPv4 address)."
         )
     return proposed, warnings
+
+
+# What the role writes at the top of an nccl.conf, and the line before the keys it kept there.
+CONF_TITLE_PREFIX = "# NCCL settings of "
+KEPT_MARKER = "# Kept from the nccl.conf found on this node (keys this role does not set):"
+SITE_KEYS = ("NCCL_IB_DISABLE", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME")
+NCCL_CONF_LINE_RE = re.compile(r"^([^=#][^=]*)=(.*)$")
+
+
+def read_nccl_conf(text):
+    """{key: value} as NCCL reads a conf file (src/misc/param.cc, setEnvFile): '#' lines skipped,
+    a line without '=' skipped, the value everything after the first '=' (spaces kept)."""
+    found = {}
+    for line in (text or "").splitlines():
+        match = NCCL_CONF_LINE_RE.match(line.rstrip("\r"))
+        if match:
+            found.setdefault(match.group(1), match.group(2))
+    return found
+
+
+def kept_conf_keys(text, role_keys):
+    """The keys of an existing nccl.conf to write back: in a file this role wrote, those under its
+    KEPT_MARKER; in any other, every key the role does not set (SITE_KEYS, role_keys)."""
+    if text is None:
+        return {}
+    if text.startswith(CONF_TITLE_PREFIX) or f"\n{CONF_TITLE_PREFIX}" in text:
+        _before, marker, after = text.partition(KEPT_MARKER)
+        return read_nccl_conf(after) if marker else {}
+    settings = read_nccl_conf(text)
+    return {key: value for key, value in settings.items()
+            if key not in SITE_KEYS and key not in set(role_keys)}
+
+
+def nccl_list_entries(value):
+    """(exclude, exact, [entries]) of an NCCL_IB_HCA / NCCL_SOCKET_IFNAME value as NCCL splits it
+    (src/misc/utils.cc parseStringList: '^' then '=' prefixes, entries split at ',' only, spaces
+    kept, empty entries dropped); each entry (prefix, port, rest) split at ':'."""
+    exclude = value.startswith("^")
+    value = value[1:] if exclude else value
+    exact = value.startswith("=")
+    value = value[1:] if exact else value
+    entries = []
+    for entry in value.split(","):
+        prefix, _, rest = entry.partition(":")
+        if prefix:
+            port, _, more = rest.partition(":")
+            entries.append((prefix, port, more))
+    return exclude, exact, entries
+
+
+# Old names NCCL or PyTorch still read, deprecated, and their successors (NCCL src/graph/connect.cc
+# "Legacy naming"; PyTorch ProcessGroupNCCL's TORCH_NCCL_* names, the NCCL_* ones warned about).
+DEPRECATED = {
+    "NCCL_MIN_NRINGS": "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NRINGS": "NCCL_MAX_NCHANNELS",
+    "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",
+    "NCCL_DESYNC_DEBUG": "TORCH_NCCL_DESYNC_DEBUG",
+}
+# NCCL's defaults the warnings compare with (src/transport/net_ib/connect.cc: IB_TIMEOUT 20,
+# IB_RETRY_CNT 7; the timeout is 4.096 us * 2^value per retry, the InfiniBand spec's).
+NCCL_IB_TIMEOUT_DEFAULT = 20
+NCCL_IB_RETRY_DEFAULT = 7
+
+
+def setting_warnings(settings):
+    """Settings that NCCL or PyTorch read, but that are deprecated or risky, each with why."""
+    warnings = []
+    for key, value in sorted((settings or {}).items()):
+        value = str(value)
+        if key in DEPRECATED:
+            warnings.append(f"{key} is deprecated (still read, for now): use {DEPRECATED[key]}.")
+        elif key in ("NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL") and value[:1].isdigit():
+            warnings.append(f"{key}={value}: the numeric form is deprecated (NCCL maps it to a path type); write "
+                            "LOC, NVL, PIX, PXB, PXN, PHB or SYS (NCCL documentation, Environment Variables).")
+        elif key == "NCCL_IB_TIMEOUT" and value.isdigit() and int(value) > NCCL_IB_TIMEOUT_DEFAULT:
+            wait = 4.096e-6 * 2 ** int(value)
+            warnings.append(f"NCCL_IB_TIMEOUT={value}: each of the {NCCL_IB_RETRY_DEFAULT} retries waits "
+                            f"{wait:.0f} s (4.096 us * 2^{value}), so a lost link stalls the job about "
+                            f"{wait * (NCCL_IB_RETRY_DEFAULT + 1) / 60:.0f} min before NCCL reports it; NCCL's "
+                            f"default is {NCCL_IB_TIMEOUT_DEFAULT} ({4.096e-6 * 2 ** NCCL_IB_TIMEOUT_DEFAULT:.1f} s).")
+        elif key in ("NCCL_MIN_NCHANNELS", "NCCL_MIN_CTAS"):
+            warnings.append(f"{key}={value} forces what NCCL tunes for each version and machine (and takes SMs "
+                            "from the training): keep it only where a measurement on this NCCL shows a gain.")
+        elif key == "NCCL_CROSS_NIC" and value == "1":
+            warnings.append("NCCL_CROSS_NIC=1 lets rings and trees leave their rail: on a rail-optimized fabric "
+                            "(DGX SuperPOD) that traffic crosses the spine; NCCL's default (2) decides per system.")
+        elif key == "NCCL_COLLNET_ENABLE" and value == "1":
+            warnings.append("NCCL_COLLNET_ENABLE=1 needs SHARP: an InfiniBand fabric with aggregation managers and "
+                            "the SHARP NCCL plugin (libnccl-net.so of nccl-rdma-sharp-plugins) in the training env.")
+        elif key == "TORCH_NCCL_ASYNC_ERROR_HANDLING" and value == "1":
+            warnings.append("TORCH_NCCL_ASYNC_ERROR_HANDLING=1: its ncclCommAbort can itself hang, and the flight "
+                            "recorder dumps nothing; PyTorch's default since 2.2 is 3: leave it unset.")
+    return warnings
+
+
+def override_warnings(overrides, hcas, interfaces):
+    """What NCCL would read otherwise than the inventory means (src/misc/utils.cc: matchIf is a
+    prefix match without '=', an exact one with it), and setting_warnings'."""
+    warnings = setting_warnings(overrides)
+    for key, names in (("NCCL_IB_HCA", [hca["name"] for hca in hcas]),
+                       ("NCCL_SOCKET_IFNAME", [iface["name"] for iface in interfaces])):
+        value = (overrides or {}).get(key)
+        if value is None:
+            continue
+        _exclude, exact, entries = nccl_list_entries(str(value))
+        for prefix, _port, _more in entries:
+            if exact or prefix != prefix.strip():
+                continue
+            matched = [name for name in names if name.startswith(prefix)]
+            if len(matched) > 1:
+                warnings.append(f"{key}={value}: without '=' NCCL takes {prefix} as a prefix, which matches "
+                                f"{', '.join(sorted(matched, key=natural_key))} here; write ={prefix}... "
+                                "for exact names.")
+    return warnings
 
 
 def resolve_cluster_address(value):
@@ -878,6 +1138,9 @@ def main():
             "cluster_cidr": {"type": "str", "default": ""},
             "nccl_version": {"type": "str", "default": ""},
             "env_prefix": {"type": "path", "default": ""},
+            "conf_path": {"type": "path", "default": ""},
+            "role_keys": {"type": "list", "elements": "str", "default": []},
+            "overrides": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -912,8 +1175,6 @@ def main():
         cluster_address = resolve_cluster_address(params["cluster_address"])
     except ValueError as error:
         module.fail_json(msg=str(error))
-    nccl_version = params["nccl_version"] or nccl_version_from_env(params["env_prefix"]) or None
-
     detect_warning = ""
     if params["detect_ipv4"]:
         detected, detect_warning = detect_ipv4_addresses(module)
@@ -923,6 +1184,10 @@ def main():
     hcas = read_hcas(sysfs_root)
     gpus = read_gpus(sysfs_root)
     interfaces = read_interfaces(sysfs_root, ipv4_addresses or {})
+    nccl_version = params["nccl_version"] or None
+    # The version only decides the RoCE GID index: torch is asked (seconds) only where it matters.
+    if not nccl_version and any(port["link_layer"] == "Ethernet" for _hca, port in active_ports(hcas)):
+        nccl_version = torch_nccl_version(module, params["env_prefix"]) or nccl_version_from_env(params["env_prefix"])
     proposed, warnings, reasons, faults = propose_site_settings(
         hcas, gpus, interfaces, params["exclude_interfaces"], params["prefer_gid_type"],
         cluster_address, params["cluster_cidr"], nccl_version,
@@ -930,6 +1195,19 @@ def main():
     if not nccl_version and "NCCL_IB_GID_INDEX" in proposed:
         warnings.append("NCCL version unknown (no nccl_version, none found in env_prefix): "
                         "NCCL_IB_GID_INDEX is forced as NCCL before 2.21 needs it.")
+    warnings.extend(override_warnings(params["overrides"], hcas, interfaces))
+    kept = {}
+    if params["conf_path"]:
+        try:
+            with open(params["conf_path"], encoding="utf-8", errors="replace") as handle:
+                kept = kept_conf_keys(handle.read(), params["role_keys"] + list(params["overrides"]))
+        except FileNotFoundError:
+            kept = {}
+        except OSError as error:
+            module.fail_json(msg=f"conf_path {params['conf_path']}: {error}")
+    if kept:
+        warnings.append(f"Kept from {params['conf_path']}, which this role does not set: {', '.join(sorted(kept))} "
+                        "(set them in nccl_env_overrides to manage them for the group).")
     for warning in ([detect_warning] if detect_warning else []) + warnings + faults:
         module.warn(warning)
     module.exit_json(
@@ -943,6 +1221,7 @@ def main():
                 "proposed": proposed,
                 "reasons": reasons,
                 "faults": faults,
+                "kept": kept,
                 "warnings": warnings,
             }
         },

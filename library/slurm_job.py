@@ -207,7 +207,7 @@ options:
         reason, RUNNING on which nodes, requeued, final), with the new lines of the job's log,
         which come as the job writes them (see O(progress_log_every)). V(0) shows nothing until
         the task ends.
-      - Done by the project's C(slurm_job) action plugin (C(roles/slurm_launch/action_plugins)),
+      - Done by the project's C(slurm_job) action plugin (C(plugins/action/slurm_job.py)),
         which follows the job in slices; Slurm is not asked more often for it.
     type: int
     default: 30
@@ -245,6 +245,14 @@ options:
       - C(SLURM_CLUSTERS) and C(SBATCH_CLUSTERS) are refused, as C(--clusters) is in O(sbatch_args).
     type: dict
     default: {}
+  secret_env:
+    description:
+      - Names of variables whose values the script sets (C(export NAME=VALUE), the value quoted as
+        a shell quotes it) and that may be secrets. Their values are left out of the fingerprint,
+        which the job's comment shows to every user.
+    type: list
+    elements: str
+    default: []
   run_records:
     description:
       - The jobs directory (C(<jobs>/<user>/<job name>/runs/<run id>/), as the project's C(job_dir)
@@ -668,11 +676,13 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cluster_rules import collected_paths, job_script_name, run_of_path, visible
-from ansible.module_utils.job_dirs import (
+from ansible_collections.hpc.slurm_train.plugins.module_utils.cluster_rules import (
+    collected_paths, job_script_name, run_of_path, visible,
+)
+from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import (
     STAGE_SPEC, Refused, check_placeholders, fill_placeholders, open_owned_file, owner_name, release_runs_lock, stage,
 )
-from ansible.module_utils.slurm import (
+from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     INVALID_JOB_ID,
     JOB_IDENTITY_FORMAT,
     JobNameMismatch,
@@ -731,6 +741,7 @@ ARGUMENT_SPEC = {
     "progress_log_every": {"type": "float", "default": 2},
     "progress_from": {"type": "dict"},
     "private_output": {"type": "bool", "default": False},
+    "secret_env": {"type": "list", "elements": "str", "default": []},
     "run_records": {"type": "path"},
     "collect_files": {"type": "bool", "default": False},
     "nodes": {"type": "dict", "options": {
@@ -805,8 +816,15 @@ def change_key(job):
     return job["state"], job["restarts"], job.get("tasks_done")
 
 
-def job_fingerprint(job_name, script_content):
-    """What makes two submissions the same job: its name and the exact script."""
+def job_fingerprint(job_name, script_content, secret_env=()):
+    """What makes two submissions the same job: its name and the exact script, less the values of
+    the variables named in ``secret_env`` (the script's ``export NAME=<quoted value>`` lines): the
+    fingerprint is in the job's comment, which every user sees, and a hash of a short token is a
+    guess checked offline."""
+    for name in secret_env:
+        script_content = re.sub(
+            rb"^export " + re.escape(name.encode("utf-8")) + rb"=(?:'(?:[^']|'\"'\"')*'|[^\s']*)$",
+            b"export " + name.encode("utf-8") + b"=<secret>", script_content, flags=re.MULTILINE)
     return hashlib.sha256(job_name.encode("utf-8") + script_content).hexdigest()[:16]
 
 
@@ -1576,7 +1594,7 @@ class SlurmJobRunner:
                 content = handle.read()
         except OSError as error:
             self.finish(f"cannot read script {params['script']}: {error.strerror}")
-        comment = "fingerprint:" + job_fingerprint(params["job_name"], content)
+        comment = "fingerprint:" + job_fingerprint(params["job_name"], content, params["secret_env"])
         find_copy = None if params["force"] else (lambda: self.slurm.find_active_copy(params["job_name"], comment))
         copy = find_copy() if find_copy and not self.run_taken_afresh() else None
         if copy is not None:

@@ -101,7 +101,7 @@ unknown:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.slurm import (
+from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     NODE_NAME_RULE,
     SinfoError,
     compress_hostlist,

@@ -7,7 +7,7 @@ interrupted run never leaves a mutated file in the checkout. Prints each file's 
 surviving mutant, and writes both to outputs/mutation/report.json.
 
     scripts/mutation.py                      # every target
-    scripts/mutation.py library/slurm_nodes.py roles/slurm_launch/filter_plugins/*.py
+    scripts/mutation.py library/slurm_nodes.py plugins/filter/*.py
     scripts/mutation.py --report-only        # score the last run again, after listing an equivalent
 
 A run over some files updates their entries in the report; the others keep their last scores.
@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "scripts" / "mutation.toml"
 OUT = ROOT / "outputs" / "mutation"
-TARGETS = ["module_utils/*.py", "library/*.py", "roles/*/filter_plugins/*.py",
-           "roles/*/action_plugins/*.py", "bin/local-cluster"]
+TARGETS = ["plugins/module_utils/*.py", "library/*.py", "plugins/filter/*.py", "plugins/action/*.py",
+           "plugins/plugin_utils/*.py", "bin/local-cluster"]
 GOAL = 90.0
 
 
@@ -190,6 +190,9 @@ def main(argv=None):
     tree, sessions = OUT / "tree", OUT / "sessions"
     path = OUT / "report.json"
     previous = json.loads(path.read_text()) if path.exists() else None
+    # The tree's tests import the collection through the tree's own collections/ link: its
+    # ansible.cfg, not the checkout's (which make exports), so that they see each mutant.
+    os.environ["ANSIBLE_CONFIG"] = str(tree / "ansible.cfg")
     if not args.report_only:
         copy_tree(tree)
     sessions.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""One run of a playbook of the repo through ansible-runner, and what its events said."""
+"""One run of a playbook of the collection through ansible-runner, and what its events said."""
 
 from __future__ import annotations
 
@@ -6,14 +6,17 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import ansible_runner
+import yaml
 
-from ._rules import REPO
+from ._collection import CHECKOUT, ROOT
 
-DEFAULT_INVENTORY = REPO / "inventory" / "local"
+# A checkout's ansible.cfg names this inventory: the local test cluster.
+CHECKOUT_INVENTORY = CHECKOUT / "inventory" / "local" if CHECKOUT else None
 
 
 @dataclass
@@ -51,14 +54,66 @@ def _failed_messages(res):
     return messages or [str(res.get("msg") or res)]
 
 
+class _Unsafe(str):
+    """Text that Ansible takes as data, never as a template (its YAML tag !unsafe)."""
+
+
+class _ExtraVarsDumper(yaml.SafeDumper):
+    pass
+
+
+_ExtraVarsDumper.add_representer(_Unsafe, lambda dumper, value: dumper.represent_scalar("!unsafe", str(value),
+                                                                                        style='"'))
+
+
+def _unsafe(value):
+    # Only text that has a '{' can hold a template ({{ }}, {% %}, {# #}); Ansible reads a tagged
+    # scalar by its implicit type (!unsafe "5" is 5), which no text with a '{' has.
+    if isinstance(value, str):
+        return _Unsafe(value) if "{" in value else value
+    if isinstance(value, Mapping):
+        return {str(key): _unsafe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_unsafe(item) for item in value]
+    return value
+
+
+def write_extravars(private, extravars):
+    """The -e values as the caller gave them, every text tagged !unsafe (a caller's "{{ lookup('pipe', ...) }}"
+    is text, not a command on the controller), in ansible-runner's env/extravars, which it gives to
+    ansible-playbook as -e @FILE: readable by this user alone (the values may be tokens), off the
+    command line."""
+    env = Path(private) / "env"
+    env.mkdir(mode=0o700)
+    fd = os.open(env / "extravars", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        yaml.dump(_unsafe(extravars), handle, Dumper=_ExtraVarsDumper, default_flow_style=False, allow_unicode=True)
+def default_inventory():
+    """The inventory ansible-playbook would use from here: ANSIBLE_INVENTORY, else the one of the
+    ansible.cfg Ansible finds (ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible); where
+    none names one, a checkout's own (what its ansible.cfg says), else Ansible's default."""
+    from ansible.config.manager import ConfigManager
+
+    value, origin = ConfigManager().get_config_value_and_origin("DEFAULT_HOST_LIST")
+    if origin == "default" and CHECKOUT_INVENTORY is not None:
+        return str(CHECKOUT_INVENTORY)
+    sources = value if isinstance(value, list) else [value]
+    return ",".join(str(source) for source in sources)
+
+
 def inventory_path(inventory):
-    """The inventory to use: the repo's local cluster by default, a relative path from here."""
-    return str(Path(inventory).resolve()) if inventory else str(DEFAULT_INVENTORY)
+    """The inventory to use: a relative path from here, else what Ansible would use."""
+    return str(Path(inventory).resolve()) if inventory else default_inventory()
+
+
+def playbook_path(name):
+    """A checkout's playbook of ``name`` at its root (the README's commands), else the collection's."""
+    return CHECKOUT / name if CHECKOUT else ROOT / "playbooks" / name
 
 
 def run_playbook(playbook, extravars, inventory=None, on_line=None):
-    """Run ``<repo>/<playbook>`` with ``extravars`` (as ``-e``), from the repo root, as
-    ansible-playbook there would run; ``on_line`` gets each line that the playbook's plugins
+    """Run the playbook ``playbook`` with ``extravars`` (as ``-e``), as ansible-playbook would run
+    from a checkout's root, or installed, from here; ``on_line`` gets each line that the playbook's plugins
     print themselves (display.display outside any task's result), as it comes."""
     run = Run()
 
@@ -79,24 +134,25 @@ def run_playbook(playbook, extravars, inventory=None, on_line=None):
                 run.failures.extend(_failed_messages(res))
         return True  # keep the event in the artifacts (they go with the temporary directory)
 
+    workdir = CHECKOUT or Path.cwd()
     private = tempfile.mkdtemp(prefix="slurm-train-")
     bin_dir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
     envvars = {
-        # lookup('env', 'PWD'): the outputs folder of a run from the repo root.
-        "PWD": str(REPO),
+        # lookup('env', 'PWD'): the outputs folder (a checkout's, or the current directory's).
+        "PWD": str(workdir),
         # ansible-runner turns host key checking off unless told; the project keeps it on.
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         # The ansible-playbook of this Python's environment, whether or not it is activated.
         "PATH": bin_dir + os.pathsep + path if (Path(bin_dir) / "ansible-playbook").exists() else path,
     }
     try:
+        write_extravars(private, extravars)
         result = ansible_runner.run(
             private_data_dir=private,
-            project_dir=str(REPO),
-            playbook=str(REPO / playbook),
+            project_dir=str(workdir),
+            playbook=str(playbook_path(playbook)),
             inventory=inventory_path(inventory),
-            extravars=extravars,
             envvars=envvars,
             event_handler=handle,
             quiet=True,

@@ -1,4 +1,4 @@
-"""The playbook's own request rules, loaded from the role's plugins, for a check before anything runs.
+"""The playbook's own request rules, imported from the collection's plugins, for a check before anything runs.
 
 Nothing here restates a rule: the unknown-key check is the slurm_launch_extra_vars action
 plugin's (its known keys computed from the role's defaults and argument specs, as the task
@@ -9,37 +9,26 @@ are made what the launch makes of them by the ``script_path`` and ``shell_words`
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 import yaml
 from ansible.errors import AnsibleError
 
-REPO = Path(__file__).resolve().parent.parent
-ROLE = REPO / "roles" / "slurm_launch"
+from ._collection import ROOT
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as extra_vars
+# The values a launch's slurm_launch_request task checks first (by the short key train_job reads).
+from ansible_collections.hpc.slurm_train.plugins.action.slurm_launch_request import GIVEN_KEYS
+from ansible_collections.hpc.slurm_train.plugins.filter import runs, train_job
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.script_path import script_path
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.shell_words import shell_words
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.sweep import sweep_problems
+
+ROLE = ROOT / "roles" / "slurm_launch"
 DEFAULTS_FILE = ROLE / "defaults" / "main.yml"
 ARGUMENT_SPECS_FILE = ROLE / "meta" / "argument_specs.yml"
-CLUSTER_DEFAULTS_FILE = REPO / "roles" / "cluster" / "defaults" / "main.yml"
+CLUSTER_DEFAULTS_FILE = ROOT / "roles" / "cluster" / "defaults" / "main.yml"
 # The long names start with this; the request's keys (vars/main.yml's _slurm_launch_request) are the rest.
 PREFIX = "slurm_launch_"
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(f"_slurm_train_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-extra_vars = _load("extra_vars", ROLE / "action_plugins" / "slurm_launch_extra_vars.py")
-# The values a launch's slurm_launch_request task checks first (by the short key train_job reads).
-GIVEN_KEYS = _load("request", ROLE / "action_plugins" / "slurm_launch_request.py").GIVEN_KEYS
-train_job = _load("train_job", REPO / "roles" / "cluster" / "filter_plugins" / "train_job.py")
-script_path = _load("script_path", ROLE / "filter_plugins" / "script_path.py").script_path
-shell_words = _load("shell_words", ROLE / "filter_plugins" / "shell_words.py").shell_words
-runs = _load("runs", ROLE / "filter_plugins" / "runs.py")
-sweep_problems = _load("sweep", ROLE / "filter_plugins" / "sweep.py").sweep_problems
 
 
 def _message(error):

@@ -76,6 +76,12 @@ class JobResult:
 def _common(extravars, user):
     """The -e values without the ones left unset, and the user to run as (-e ansible_user=NAME)."""
     values = {key: value for key, value in extravars.items() if value is not None}
+    connection = sorted(key for key in values if key.startswith("ansible_"))
+    if connection:
+        # Ansible's own variables (connection, interpreter, become) are not a launch's to take from a
+        # caller: a service that wraps this API would hand its users the controller.
+        raise ValueError(f"{', '.join(connection)}: the API takes the launch's own keys only, not Ansible's "
+                         "variables (run as another user with user=NAME; connection settings belong in the inventory)")
     if user is not None:
         values["ansible_user"] = user
     return values
@@ -84,7 +90,7 @@ def _common(extravars, user):
 def _job_result(run):
     """The JobResult of the run's last slurm_job task with a job, and the outputs folder it wrote
     job.json into (its ``collected``)."""
-    res = run.last("slurm_job", lambda res: res.get("job_id") is not None)
+    res = run.last("hpc.slurm_train.slurm_job", lambda res: res.get("job_id") is not None)
     if res is None:
         return None
     collected = res.get("collected") or {}
@@ -118,6 +124,12 @@ def launch(script=None, nodes=None, group=None, num_nodes=None, *, inventory=Non
     Returns a JobResult: with the default wait=True, the finished job and its collected outputs
     (outputs/<name>-<id>/ of the repo unless slurm_launch_outputs_dir says otherwise); with
     wait=False, the job as submitted (PENDING or RUNNING, nothing collected).
+
+    Every value is passed as data (a text with ``{{ }}``, ``{% %}`` or ``{# #}`` reaches the job as
+    written, never templated on the controller), in a file only this user reads, never on a
+    command line; secrets in ``slurm_launch_env`` are safe there, or name controller variables
+    with ``env_from=["HF_TOKEN"]``. Ansible's own ``ansible_*`` variables are refused (``user``
+    sets the one a launch needs).
 
     Raises ValueError, before anything runs, for a key the launch does not know or a value it
     refuses, with the playbook's message; LaunchError with the failed task's message when the
@@ -177,7 +189,7 @@ def jobs(all=False, *, inventory=None, user=None, **extravars):  # jobs.yml's ow
     run = _jobs_playbook({"all": bool(all), **extravars}, user, inventory)
     if run.status != "successful":
         raise LaunchError(run.failure)
-    mine = run.last("slurm_job", lambda res: "jobs" in res)
+    mine = run.last("hpc.slurm_train.slurm_job", lambda res: "jobs" in res)
     if mine is None:
         raise LaunchError("jobs.yml listed no jobs (no slurm_job list result)")
     found = run.last("ansible.builtin.find", lambda res: "files" in res) or {}
@@ -226,3 +238,23 @@ def logs(job_id, on_line=None, *, inventory=None, user=None, **extravars):
             on_line(match.group(2))
 
     return _jobs_job_result("logs", job_id, extravars, user, inventory, each)
+
+
+def preflight(nodes=None, group=None, num_nodes=None, *, inventory=None, user=None, on_line=None, **extravars):
+    """Check the nodes a job would use: ``ansible-playbook preflight.yml -e nodes=...`` (or
+    ``group`` with ``num_nodes``; the other keywords as for launch()).
+
+    Returns the lines of its summary table (each node's checks, then the all-reduce's figures),
+    also written to outputs/preflight-<partition>.txt. LaunchError with the playbook's message
+    when a check failed (each problem names its node and the likely fix) or the playbook failed.
+    ``on_line(line)`` gets the progress lines of its all-reduce job, as launch()'s on_progress.
+    """
+    values = _common({"nodes": nodes, "group": group, "num_nodes": num_nodes, "preflight": True, **extravars}, user)
+    _rules.check_keys(values, inventory_path(inventory))
+    run = run_playbook("preflight.yml", values, inventory, on_line)
+    if run.status != "successful":
+        raise LaunchError(run.failure)
+    summary = run.last("ansible.builtin.debug", lambda res: isinstance(res.get("msg"), list))
+    if summary is None:
+        raise LaunchError("preflight.yml ended without its summary")
+    return list(summary["msg"])

@@ -89,8 +89,10 @@ def alive(pid):
 
 
 def nas_without_provisioning(state, venv):
-    """What provision.yml would leave on a test cluster's NAS for a launch with cluster_venv: the
-    shared jobs directory (1777) and a virtualenv whose packages come from the cluster's channel."""
+    """What a launch with cluster_venv needs on a test cluster's NAS: a jobs directory where the
+    users make their own (1777, as sites provisioned before provision.yml made it 0711 with each
+    user's directory: a launch works in either) and a virtualenv whose packages come from the
+    cluster's channel."""
     nas = Path(state) / "nas"
     (nas / "jobs").mkdir(exist_ok=True)
     (nas / "jobs").chmod(0o1777)

@@ -111,6 +111,21 @@ REFUSED = {
     "env name with a digit first": ({"slurm_launch_env": {"1X": "1"}}, ["env name='1X' is not allowed"]),
     "env value null": ({"slurm_launch_env": {"X": None}}, ["env X=None is not allowed"]),
     "env as text": ({"slurm_launch_env": "A=1"}, ["env='A=1' is not allowed: give a mapping"]),
+    # sbatch refused it only after the job's directory and files were written.
+    "env value with a CRLF": ({"slurm_launch_env": {"X": "a\r\nb"}},
+                              ["env X: its value holds a carriage return (\\r), which sbatch refuses"]),
+    # Names that steer the job's shell, Slurm or the loader.
+    "env name BASH_ENV": ({"slurm_launch_env": {"BASH_ENV": "{tmp}/a b.py"}},
+                          ["env name='BASH_ENV' is not allowed: it steers the job's shell, Slurm"]),
+    "env name SLURM_RESTART_COUNT": ({"slurm_launch_env": {"SLURM_RESTART_COUNT": "0"}},
+                                     ["env name='SLURM_RESTART_COUNT' is not allowed"]),
+    "env name LD_PRELOAD": ({"slurm_launch_env": {"LD_PRELOAD": "/tmp/x.so"}}, ["env name='LD_PRELOAD' is not allowed"]),
+    # A secret on the command line is in every user's process list while the launch runs.
+    "token on the command line": ({"slurm_launch_env": {"HF_TOKEN": "hf_row"}},
+                                  ["slurm_launch_env HF_TOKEN given on the command line",
+                                   "-e @secrets.yml", "-e env_from=NAME"]),
+    "env_from not set": ({"env_from": "NO_SUCH_VARIABLE_SET"},
+                         ["env_from=NO_SUCH_VARIABLE_SET: the controller's environment has no NO_SUCH_VARIABLE_SET"]),
     # More #SBATCH lines and other values that reach the job script.
     "directive with a newline": ({"slurm_launch_extra_directives": ["--exclusive\necho pwned"]},
                                  ["extra_directives='--exclusive\\necho pwned' is not allowed", "one line"]),

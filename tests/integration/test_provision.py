@@ -380,7 +380,7 @@ def test_nccl_env_leaves_out_the_node_whose_own_rail_is_down_and_provisions_the_
     ({"NCCL_SOCKET_IFNAME": "ens1f1"}, "r2: NCCL_SOCKET_IFNAME names ens1f1, which r2 does not have up"),
     ({"NCCL_IB_HCA": "mlx5_1:1"}, "r2: NCCL_IB_HCA names mlx5_1:1, which r2 does not have as an active port"),
     ({"NCCL_SOCKET_IFNAME": "lo,ens1f0"}, "includes the loopback interface lo"),
-    ({"NCCL_MIN_NRINGS": 4}, "NCCL_MIN_NRINGS is no longer read; use NCCL_MIN_NCHANNELS"),
+    ({"NCCL_IB_HCA": "=mlx5_0:1, mlx5_1:1"}, "has a space in ' mlx5_1:1': NCCL splits at ',' only"),
 ])
 def test_nccl_env_refuses_inventory_settings_a_node_cannot_honour(tmp_path, overrides, message):
     group_vars = f"          vars:\n            nccl_env_overrides: {json.dumps(overrides)}\n"
@@ -444,7 +444,7 @@ def test_second_provision_run_reports_changed_zero(tmp_path, http_standins):
         nas_uid = pwd.getpwnam(NAS_OWNER).pw_uid
         assert [p for p in (state / "nas").rglob("*") if p.lstat().st_uid != nas_uid] == []
         jobs = (state / "nas" / "jobs").stat()
-        assert (jobs.st_mode & 0o7777, jobs.st_uid) == (0o1777, nas_uid)
+        assert (jobs.st_mode & 0o7777, jobs.st_uid) == (0o711, nas_uid)
         assert (state / "nas" / "env" / "nccl-gpu_pv.sh").read_text().count("export NCCL_SOCKET_IFNAME==eth0") == 1
         check = playbook(inventory, REPO / "provision.yml", variables, check=True)
         assert check.returncode == 0, check.stdout[-4000:]

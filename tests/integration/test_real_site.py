@@ -6,6 +6,7 @@ compute nodes refuse SSH to a user without a job there (pam_slurm_adopt)."""
 import json
 import subprocess
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,8 @@ def test_unchanged_code_is_not_copied_again_and_a_change_is(cluster, tmp_path):
     again = launch(tmp_path / "o2", *request)
     assert again.returncode == 0, again.stdout + again.stderr
     code_root = cluster.nas / "jobs" / "alice" / name / "code"
-    hashes = sorted(p.name for p in code_root.iterdir())
+    # Each hash's directory, beside its read-only manifest.
+    hashes = sorted(p.name for p in code_root.iterdir() if p.is_dir())
     assert len(hashes) == 1, hashes
     # The second launch found the code there and says so; the copy on the NAS is not touched.
     assert f"code {hashes[0]} (2 files) copied to the NAS" in first.stdout, first.stdout
@@ -60,20 +62,21 @@ def test_unchanged_code_is_not_copied_again_and_a_change_is(cluster, tmp_path):
     (code_dir / "helper.py").write_text("VALUE = 2\n")
     third = launch(tmp_path / "o3", *request)
     assert third.returncode == 0, third.stdout + third.stderr
-    assert len(list(code_root.iterdir())) == 2, "changed code goes to a directory of its own hash"
+    assert len([p for p in code_root.iterdir() if p.is_dir()]) == 2, "changed code goes to a directory of its own hash"
     assert (code_root / hashes[0] / "helper.py").stat().st_mtime_ns == copy_time
-    assert {(d / "helper.py").read_text() for d in code_root.iterdir()} == {"VALUE = 1\n", "VALUE = 2\n"}
+    assert {(d / "helper.py").read_text() for d in code_root.iterdir() if d.is_dir()} == {"VALUE = 1\n", "VALUE = 2\n"}
     cluster.slurm("scancel", "-n", name, check=False)
 
 
 def test_two_users_launch_the_same_job_name_at_once_into_their_own_private_directories(cluster, tmp_path):
     name = unique_job_name("shared-name")
+    # The token from the controller's environment: never on a command line.
     request = ["nodes=node110", f"script={TRAINER}", "nproc_per_node=1", f"job_name={name}",
-               json.dumps({"script_args": "--steps 4 --log-every 2", "slurm_launch_env": {"HF_TOKEN": "hf_secret"}})]
+               json.dumps({"script_args": "--steps 4 --log-every 2"}), "env_from=HF_TOKEN"]
     procs = {}
 
     def run(user):
-        procs[user] = launch(tmp_path / user, *request, f"ansible_user={user}")
+        procs[user] = launch(tmp_path / user, *request, f"ansible_user={user}", env={"HF_TOKEN": "hf_secret"})
     threads = [threading.Thread(target=run, args=(user,)) for user in ("alice", "bob")]
     for thread in threads:
         thread.start()
@@ -107,21 +110,30 @@ def test_a_link_or_a_directory_bob_planted_at_alices_path_is_refused_before_anyt
         cluster, tmp_path, plant, refusal):
     # A jobs root of its own, as provision.yml makes one (the NAS owner's, 1777), where alice has
     # not launched yet: bob, who may write there, gets in first.
-    jobs = cluster.nas / f"jobs-{tmp_path.name}"
+    # The run's own name: the NAS is shared with other runs of this test.
+    jobs = cluster.nas / f"jobs-planted-{uuid.uuid4().hex[:8]}"
     jobs.mkdir()
-    owner = cluster.report["nas_owner"]
-    subprocess.run(["chown", f"{owner}:{owner}", str(jobs)], check=True)
-    jobs.chmod(0o1777)
-    trap = f"{jobs}/bob-trap"
-    as_user(cluster, "bob", f"mkdir -m 0777 {trap} && " + plant.format(trap=trap, jobs=jobs), check=True)
-    before = next_job_id(cluster)
-    proc = launch(tmp_path, "nodes=node110", f"script={TRAINER}", "job_name=planted", "nproc_per_node=1",
-                  f"slurm_launch_jobs_dir={jobs}", QUICK)
-    assert proc.returncode != 0
-    assert refusal.format(jobs=jobs) in proc.stdout, proc.stdout[-3000:]
-    assert next_job_id(cluster) == before, "nothing was submitted"
-    assert as_user(cluster, "bob", f"find {jobs} -mindepth 1 -not -user bob").stdout == "", "alice wrote nothing there"
-    assert list(Path(trap).iterdir()) == []
+    try:
+        owner = cluster.report["nas_owner"]
+        subprocess.run(["chown", f"{owner}:{owner}", str(jobs)], check=True)
+        jobs.chmod(0o1777)
+        trap = f"{jobs}/bob-trap"
+        as_user(cluster, "bob", f"mkdir -m 0777 {trap} && " + plant.format(trap=trap, jobs=jobs), check=True)
+        before = next_job_id(cluster)
+        proc = launch(tmp_path, "nodes=node110", f"script={TRAINER}", "job_name=planted", "nproc_per_node=1",
+                      f"slurm_launch_jobs_dir={jobs}", QUICK)
+        assert proc.returncode != 0
+        assert refusal.format(jobs=jobs) in proc.stdout, proc.stdout[-3000:]
+        # Not "choose another job name": the directory is the user's, and only an admin can fix it.
+        assert (f"only an admin can fix it: as root or the NAS owner, mv {jobs}/alice {jobs}/alice.planted (or "
+                f"remove it), then ansible-playbook provision.yml with alice in cluster_users") in proc.stdout, \
+            proc.stdout[-3000:]
+        assert next_job_id(cluster) == before, "nothing was submitted"
+        assert as_user(cluster, "bob", f"find {jobs} -mindepth 1 -not -user bob").stdout == "", \
+            "alice wrote nothing there"
+        assert list(Path(trap).iterdir()) == []
+    finally:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(jobs)], check=False)
 
 
 def test_another_users_job_given_by_id_is_refused_and_its_output_not_fetched(cluster, tmp_path):

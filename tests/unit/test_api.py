@@ -2,35 +2,24 @@
 the playbook's own rule gives (the slurm_launch_extra_vars plugin's, the job_value_problems
 filter's), and ansible-runner is never called; and what a run's events turn into."""
 
-import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import PROJECT_ROOT
 
-if str(PROJECT_ROOT) not in sys.path:
-    sys.path.insert(0, str(PROJECT_ROOT))
-
-import slurm_train  # noqa: E402
-from slurm_train import _playbook, _rules  # noqa: E402
+import slurm_train
+from slurm_train import _playbook, _rules
 
 ROLE = PROJECT_ROOT / "roles" / "slurm_launch"
 TRAINER = str(PROJECT_ROOT / "examples" / "train_ddp.py")
 
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# The rules as the playbook loads them, independently of slurm_train's own loading.
-extra_vars = _load("test_api_extra_vars", ROLE / "action_plugins" / "slurm_launch_extra_vars.py")
-train_job = _load("test_api_train_job", PROJECT_ROOT / "roles" / "cluster" / "filter_plugins" / "train_job.py")
+# The rules as the playbook imports them.
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as extra_vars  # noqa: E402
+from ansible_collections.hpc.slurm_train.plugins.filter import train_job  # noqa: E402
 
 
 @pytest.fixture
@@ -57,7 +46,7 @@ def test_a_misspelt_key_raises_the_playbooks_message_with_its_suggestion(nothing
         slurm_train.launch(script=TRAINER, nodes="node110,node111", wiat=False)
     message = str(raised.value)
     assert message.startswith("Unknown -e key: -e wiat (did you mean 'wait'?). A launch reads: script, ")
-    prefixed = _rules.prefixed_variables(_playbook.DEFAULT_INVENTORY)
+    prefixed = _rules.prefixed_variables(_playbook.CHECKOUT_INVENTORY)
     assert message == playbook_unknown_message(["script", "nodes", "wiat"], prefixed)
 
 
@@ -65,7 +54,7 @@ def test_a_key_close_to_an_inventory_variable_is_pointed_to_it(nothing_runs):
     with pytest.raises(ValueError) as raised:
         slurm_train.launch(script=TRAINER, nodes="node110", nas_root="/nas")
     assert str(raised.value).startswith("Unknown -e key: -e nas_root (did you mean 'cluster_nas_root'?).")
-    assert "cluster_nas_root" in _rules.prefixed_variables(_playbook.DEFAULT_INVENTORY)
+    assert "cluster_nas_root" in _rules.prefixed_variables(_playbook.CHECKOUT_INVENTORY)
 
 
 def test_several_unknown_keys_are_all_named(nothing_runs):
@@ -93,7 +82,7 @@ def test_a_bad_value_raises_the_job_value_problems_message(nothing_runs, given, 
     assert str(raised.value) == f"{'; '.join(problems)}."
 
 
-sweep = _load("test_api_sweep", ROLE / "filter_plugins" / "sweep.py")
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep  # noqa: E402
 
 
 @pytest.mark.parametrize("given", [
@@ -126,7 +115,8 @@ def test_script_args_that_cannot_be_split_raise_the_filters_message(nothing_runs
 def test_a_followed_job_has_no_values_to_check(monkeypatch):
     """-e job_id=N: derive.yml checks no values (its task has `when: not following`); the run goes ahead."""
     calls = []
-    monkeypatch.setattr(_playbook.ansible_runner, "run", lambda **kwargs: calls.append(kwargs) or _Finished())
+    monkeypatch.setattr(_playbook.ansible_runner, "run",
+                        lambda **kwargs: calls.append({**kwargs, "extravars": _written(kwargs)}) or _Finished())
     with pytest.raises(slurm_train.LaunchError):
         slurm_train.launch(job_id=12, time_limit="1h")
     assert calls and calls[0]["extravars"] == {"job_id": 12, "time_limit": "1h"}
@@ -145,11 +135,22 @@ class _Finished:
     status, rc = "failed", 2
 
 
+def _written(kwargs):
+    """The -e values the API wrote for ansible-runner (env/extravars), as Ansible loads them; the
+    file itself goes with the run's private directory."""
+    from ansible.parsing.dataloader import DataLoader
+
+    path = Path(kwargs["private_data_dir"]) / "env" / "extravars"
+    assert "extravars" not in kwargs, "no values for ansible-runner to put on the command line"
+    assert oct(path.stat().st_mode & 0o777) == oct(0o600)
+    return DataLoader().load_from_file(str(path))
+
+
 def test_a_good_request_runs_launch_yml_with_the_values_as_extra_vars(monkeypatch):
     calls = []
 
     def run(**kwargs):
-        calls.append(kwargs)
+        calls.append({**kwargs, "extravars": _written(kwargs)})
         handler = kwargs["event_handler"]
         handler({"event": "verbose", "stdout": "job 7 (train_ddp): RUNNING on node110,node111"})
         handler({"event": "verbose", "stdout": "  7 | [rank0] step=1 loss=0.5"})
@@ -188,7 +189,7 @@ def test_a_job_that_ran_and_failed_raises_job_failed_with_its_collected_result(m
     def run(**kwargs):
         handler = kwargs["event_handler"]
         # The task that followed the job wrote its outputs, and failed for it.
-        handler({"event": "runner_on_failed", "event_data": {"task_action": "slurm_job", "res": {
+        handler({"event": "runner_on_failed", "event_data": {"task_action": "hpc.slurm_train.slurm_job", "res": {
             "job_id": 9, "name": "train_ddp", "state": "FAILED", "exit_code": 1, "outcome": "failed", "final": True,
             "failed": True, "msg": "job 9 (train_ddp) ended FAILED, exit code 1",
             "collected": {"dest": str(outputs), "written": ["job.json", "summary.txt"]}}}})
@@ -217,3 +218,28 @@ def test_jobs_rows_are_the_tables_rows():
                     ("11", "done", "1", "COMPLETED", "0", "node110", "1:05", "0", "/out/done-11")]
     table = runs.jobs_table(active, finished)
     assert [line.split()[0] for line in table] == ["job", "12", "11"]
+
+
+def test_caller_values_are_data_on_the_controller_never_templates(monkeypatch, tmp_path):
+    """A service that wraps the API passes its users' values: "{{ lookup('pipe', ...) }}" stays that
+    text for the playbook (!unsafe), and Ansible's own variables are refused before anything runs."""
+    calls = []
+    monkeypatch.setattr(_playbook.ansible_runner, "run",
+                        lambda **kwargs: calls.append({**kwargs, "extravars": _written(kwargs)}) or _Finished())
+    canary = tmp_path / "ran"
+    hostile = "{{ lookup('pipe', 'touch " + str(canary) + "') }}{# c #}{% if 1 %}x{% endif %}"
+    with pytest.raises(slurm_train.LaunchError):
+        slurm_train.launch(job_id=12, job_name=hostile, slurm_launch_env={"NOTE": hostile})
+    from ansible.template import Templar
+    from ansible.parsing.dataloader import DataLoader
+
+    given = calls[0]["extravars"]
+    templated = Templar(loader=DataLoader(), variables={}).template(given)
+    assert templated["job_name"] == hostile and templated["slurm_launch_env"] == {"NOTE": hostile}
+    assert not canary.exists()
+    for key in ("ansible_python_interpreter", "ansible_become_user", "ansible_ssh_common_args"):
+        calls.clear()
+        with pytest.raises(ValueError) as raised:
+            slurm_train.launch(job_id=12, **{key: "x"})
+        assert str(raised.value).startswith(f"{key}: the API takes the launch's own keys only")
+        assert calls == []

@@ -1,17 +1,14 @@
-"""module_utils/cluster_rules.py and its filters (roles/cluster/filter_plugins/cluster_rules.py):
+"""plugins/module_utils/cluster_rules.py and its filters (plugins/filter/cluster_rules.py):
 the one home of the safe-path, node-group, partition and NCCL env file rules."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-import slurm
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm
 from ansible.errors import AnsibleFilterError
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("cluster_rules_filters", ROOT / "roles" / "cluster" / "filter_plugins" / "cluster_rules.py")
-filters = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(filters)
+from ansible_collections.hpc.slurm_train.plugins.filter import cluster_rules as filters
 rules = filters.rules
 
 # The local inventory's shape (inventory/local/hosts.yml) with a second node group.
@@ -44,9 +41,7 @@ def test_an_empty_path_passes_only_where_allowed():
 
 def test_the_cuda_home_the_cuda_role_installs_is_one_the_launch_takes():
     # The cuda_toolkit role's own path rule (roles/cuda_toolkit/vars/main.yml) takes '+'; so does the launch now.
-    train_job_spec = importlib.util.spec_from_file_location("tj", ROOT / "roles" / "cluster" / "filter_plugins" / "train_job.py")
-    train_job = importlib.util.module_from_spec(train_job_spec)
-    train_job_spec.loader.exec_module(train_job)
+    from ansible_collections.hpc.slurm_train.plugins.filter import train_job
     assert train_job.value_problems({"cuda_home": "/nas/cuda/cuda-12.1+extras"}) == []
 
 

@@ -7,7 +7,7 @@ marker) at a set moment, so each test states when the launch answers, on a loade
 from types import SimpleNamespace
 
 import pytest
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 
 
 class Clock:

@@ -5,11 +5,11 @@ another user's job reached only without links, and the owner question's answers 
 import os
 import time
 
-import job_dirs
 import pytest
-import slurm
-import slurm_job
-from cluster_rules import visible
+
+from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs, slurm
+from ansible_collections.hpc.slurm_train.plugins.module_utils.cluster_rules import visible
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 
 
 def test_control_characters_but_tab_are_shown_as_escapes():

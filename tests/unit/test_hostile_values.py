@@ -1,25 +1,16 @@
 """The rules a launch holds what users type to (docs/hostile-input.md): the values that reach
 the job script (train_job's value_problems), the script's path, and the -e keys it knows."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as extra_vars
+from ansible_collections.hpc.slurm_train.plugins.filter import train_job
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.script_path import script_path
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load(name, relative):
-    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-train_job = load("train_job", "roles/cluster/filter_plugins/train_job.py")
-script_path = load("script_path", "roles/slurm_launch/filter_plugins/script_path.py").script_path
-extra_vars = load("slurm_launch_extra_vars", "roles/slurm_launch/action_plugins/slurm_launch_extra_vars.py")
 
 
 def problems(**values):
@@ -126,7 +117,8 @@ def test_script_and_arguments_may_hold_anything_but_nul_and_control_characters_i
     assert problems(script="/nas/x\n.py")[0].startswith("script='/nas/x\\n.py' is not allowed")
     assert problems(script="train.py")[0].startswith("script='train.py' is not allowed: an absolute path")
     assert problems(script_args=["a\0b"]) == [
-        "script_args='a\\x00b' is not allowed: each argument is text without NUL characters"]
+        "script_args='a\\x00b' is not allowed: each argument is text without NUL or carriage return characters "
+        "(sbatch refuses a job script with a CRLF)"]
 
 
 def test_every_problem_is_reported_at_once():

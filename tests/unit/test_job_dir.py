@@ -1,7 +1,6 @@
 """The job_dir module (a user's private job directory on a shared NAS, code staged into it) and
 the controller side of its action plugin (which files are staged, their hash, the size limit)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,13 +12,10 @@ import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
-import job_dir
-import job_dirs
+from ansible_collections.hpc.slurm_train.plugins.modules import job_dir
+from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs
 
-ACTION = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "action_plugins" / "job_dir.py"
-spec = importlib.util.spec_from_file_location("job_dir_action", ACTION)
-action = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(action)
+from ansible_collections.hpc.slurm_train.plugins.action import job_dir as action
 
 OTHER_UID = 4242  # a user who is not the one running the tests
 
@@ -94,8 +90,8 @@ def test_a_file_in_place_of_a_directory_is_refused(tmp_path, jobs):
 
 @pytest.mark.parametrize("params, message", [
     ({"job_name": "../x"}, "job_name='../x'"),
-    ({"mode": "777"}, "others may not write"),
-    ({"mode": "0702"}, "others may not write"),
+    ({"mode": "777"}, "at most 0750"),
+    ({"mode": "0702"}, "at most 0750"),
     ({"mode": "0600"}, "the owner needs rwx"),
     ({"mode": "rwx"}, "give an octal mode"),
     ({"code_hash": "../../etc"}, "is not a hex digest"),
@@ -126,7 +122,8 @@ def test_the_archive_is_extracted_into_place_with_the_directorys_permissions(tmp
     assert result["code_copied"] and (code / "pkg" / "util.py").read_text() == "X = 1\n"
     assert (code / "train.py").stat().st_mode & 0o777 == 0o640
     assert (code / "run.sh").stat().st_mode & 0o777 == 0o750
-    assert [p.name for p in code.parent.iterdir()] == ["ab12cd34"], "no partial directory left"
+    assert sorted(p.name for p in code.parent.iterdir()) == ["ab12cd34", "ab12cd34.manifest"], \
+        "no partial directory left"
     again = run(tmp_path, code_hash="ab12cd34", mode="0750")
     assert again["code_present"] and not again["code_copied"]
 
@@ -251,12 +248,12 @@ def test_a_directory_of_the_wrong_mode_is_set_right_and_a_probe_only_reports_it(
     assert (fixed["changed"], fixed["made"]) == (True, []) and base.stat().st_mode & 0o7777 == 0o700
 
 
-def test_a_world_readable_mode_gives_others_read_and_execute_only(tmp_path, jobs):
-    archive = pack_tree(tmp_path, {"train.py": "print('hi')\n", "run.sh": "#!/bin/sh\n"}, executable={"run.sh"})
-    code = Path(run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode="0755")["code_dir"])
-    assert (code / "train.py").stat().st_mode & 0o777 == 0o644
-    assert (code / "run.sh").stat().st_mode & 0o777 == 0o755
-    assert (jobs / user()).stat().st_mode & 0o777 == 0o755
+@pytest.mark.parametrize("mode", ["0770", "0755", "0775", "0751"])
+def test_a_mode_over_0750_is_refused_before_anything_is_made(tmp_path, jobs, mode):
+    archive = pack_tree(tmp_path, {"train.py": "print('hi')\n"})
+    with pytest.raises(job_dirs.Refused, match=rf"^mode={mode}: at most 0750 and the owner needs rwx"):
+        run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode=mode)
+    assert list(jobs.iterdir()) == []
 
 
 def test_staged_directories_get_the_mode_whatever_the_umask(tmp_path, jobs):
@@ -269,14 +266,14 @@ def test_staged_directories_get_the_mode_whatever_the_umask(tmp_path, jobs):
         tar.add(source, arcname=".")  # members ".", "./pkg", "./pkg/data" (empty), ...: as tar -c . lists them
     old = os.umask(0o022)
     try:
-        result = run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode="0770")
+        result = run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode="0750")
     finally:
         os.umask(old)
     code = Path(result["code_dir"])
     assert (code / "pkg" / "util.py").read_text() == "b\n" and (code / "train.py").read_text() == "a\n"
     for directory in (code, code / "pkg", code / "pkg" / "data"):
-        assert directory.stat().st_mode & 0o7777 == 0o770, directory
-    assert (code / "pkg" / "util.py").stat().st_mode & 0o777 == 0o660
+        assert directory.stat().st_mode & 0o7777 == 0o750, directory
+    assert (code / "pkg" / "util.py").stat().st_mode & 0o777 == 0o640
 
 
 def pack_tree(tmp_path, files, executable=()):
@@ -311,7 +308,7 @@ def test_a_link_planted_in_the_partial_directory_is_not_written_through(monkeypa
     archive = pack_tree(tmp_path, {"train.py": "print('hi')\n"})
     victim = plant_link_while_extracting(monkeypatch, tmp_path, "train.py")
     with pytest.raises(FileExistsError):
-        run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode="0770")
+        run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode="0750")
     assert victim.read_text() == "the other user's\n"
     assert list((jobs / user() / "train" / "code").iterdir()) == [], "the partial directory is removed"
     assert not archive.exists()
@@ -360,7 +357,8 @@ def test_a_launch_of_the_same_code_that_got_there_first_is_kept(monkeypatch, tmp
     result = run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
     code = jobs / user() / "train" / "code"
     assert (result["changed"], result["code_copied"]) == (True, True)
-    assert [p.name for p in code.iterdir()] == ["ab12cd34"] and (code / "ab12cd34" / "train.py").exists()
+    assert sorted(p.name for p in code.iterdir()) == ["ab12cd34", "ab12cd34.manifest"]
+    assert (code / "ab12cd34" / "train.py").exists()
 
 
 def test_a_directory_another_user_made_in_its_place_meanwhile_is_refused(monkeypatch, tmp_path, jobs):
@@ -489,6 +487,9 @@ def test_each_part_of_the_request_makes_another_run_and_is_named(tmp_path, jobs,
 def test_other_code_is_another_request(tmp_path, jobs):
     ended(jobs, 1, "TIMEOUT", step=22, request=recorded(VARIANT, code_hash="ab12cd34"))
     (jobs / user() / "train" / "code" / "ef56ab78").mkdir(parents=True)
+    # Staged as a launch stages code: with its (here empty) read-only manifest beside it.
+    (jobs / user() / "train" / "code" / "ef56ab78.manifest").write_text("")
+    (jobs / user() / "train" / "code" / "ef56ab78.manifest").chmod(0o400)
     result = run(tmp_path, resume="auto", request=VARIANT, code_hash="ef56ab78")
     assert (result["run_id"], result["run_reason"]) == (2, "run 1 is another request: code_hash ab12cd34, not ef56ab78")
 

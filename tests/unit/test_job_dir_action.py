@@ -7,7 +7,6 @@ on it is copied, and the module is the real library/job_dir.py run in-process as
 AnsibleModule runs it there."""
 
 import base64
-import importlib.util
 import io
 import json
 import os
@@ -25,14 +24,11 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.testing import patch_module_args
 from ansible.plugins.loader import shell_loader
 
-import job_dir
-import job_dirs
+from ansible_collections.hpc.slurm_train.plugins.modules import job_dir
+from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs
 from conftest import PROJECT_ROOT
 
-PLUGIN = PROJECT_ROOT / "roles" / "slurm_launch" / "action_plugins" / "job_dir.py"
-spec = importlib.util.spec_from_file_location("job_dir_action_run", PLUGIN)
-action = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(action)
+from ansible_collections.hpc.slurm_train.plugins.action import job_dir as action
 
 MB = 1024 * 1024
 

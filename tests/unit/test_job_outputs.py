@@ -7,7 +7,6 @@ The submit host is a stand-in: its fetch_file copies a file of this machine, as 
 connection's sftp transfer does (following links), so that a fetch would show."""
 
 import base64
-import importlib.util
 import json
 import shutil
 from types import SimpleNamespace
@@ -17,10 +16,7 @@ from ansible.errors import AnsibleError
 
 from conftest import PROJECT_ROOT
 
-PLUGIN = PROJECT_ROOT / "roles" / "slurm_launch" / "action_plugins" / "job_outputs.py"
-spec = importlib.util.spec_from_file_location("job_outputs_under_test", PLUGIN)
-job_outputs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(job_outputs)
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import job_outputs
 
 
 class SubmitHost:

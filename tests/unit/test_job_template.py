@@ -4,7 +4,9 @@ ones are exercised by tests/integration/test_launch.py)."""
 
 import json
 import os
+import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -90,10 +92,15 @@ def test_extra_directives_and_env_are_rendered_quoted():
 STANDINS = {
     # scontrol show hostnames NODELIST: one name a line, as the real one prints them.
     "scontrol": '#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "node110\\nnode111\\n"\n',
-    # srun: drop its own options, run the command once as node 1 (the second node).
-    "srun": '#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nSLURM_NODEID=1 exec "$@"\n',
+    # srun: drop its own options (-w takes a value), run the command once as node 1 (the second node).
+    "srun": '#!/bin/bash\nwhile [[ $1 == -* ]]; do [[ $1 == -w ]] && shift; shift; done\nSLURM_NODEID=1 exec "$@"\n',
     # python: record the argv it got, exit with the code the test asks for.
+    # python: the job's look for a free port runs as it is; else record the argv it got, exit with
+    # the code the test asks for.
     "python": ('#!/usr/bin/env python3\nimport json, os, sys\n'
+               'if sys.argv[1:2] == ["-c"] and "getsockname" in sys.argv[2]:\n'
+               '    exec(sys.argv[2])\n'
+               '    sys.exit(0)\n'
                'json.dump(sys.argv[1:], open(os.environ["RECORD"], "w"))\n'
                'sys.exit(int(os.environ.get("EXIT_CODE", "0")))\n'),
 }
@@ -103,14 +110,17 @@ def in_dir(tmp_path, **overrides):
     """A job whose directory (failure records, end marker) and NCCL env file are the test's own; no GPU check unless asked."""
     env_file = tmp_path / "nccl-gpu_A6000.sh"
     env_file.write_text("export NCCL_SOCKET_IFNAME=eth0\n")  # as roles/nccl_env writes it
+    # A port given: the stand-ins for python are the training's (the free-port look has a test of its own).
     return job(**{"job_dir": str(tmp_path), "end_marker": f"{tmp_path}/.%j.ended", "cuda_home": "", "conda_root": "",
-                  "conda_env": "", "nccl_env_file": str(env_file), "gpu_check": "", **overrides})
+                  "conda_env": "", "nccl_env_file": str(env_file), "gpu_check": "", "master_port": 29400, **overrides})
 
 
-def run_with_standins(tmp_path, script, exit_code=0, **slurm_env):
+def run_with_standins(tmp_path, script, exit_code=0, keep_srun=False, **slurm_env):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, text in STANDINS.items():
+        if keep_srun and name == "srun":
+            continue
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(stat.S_IRWXU)
     (tmp_path / "job.sbatch").write_text(script)
@@ -125,14 +135,59 @@ def run_with_standins(tmp_path, script, exit_code=0, **slurm_env):
 
 def test_arguments_reach_the_training_exactly_and_rank_and_master_come_from_slurm(tmp_path):
     args = ["--name", "a b", "it's \"quoted\"", "$HOME", "*", "--lr=0.1"]
-    script = render(in_dir(tmp_path, script_args=args))
+    script = render(in_dir(tmp_path, script_args=args, master_port=0))
     proc, argv = run_with_standins(tmp_path, script)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "run.json").read_text())["state"] == "COMPLETED"
     assert argv[0] == "-c"  # torchrun, run so that it keeps the failed worker's exit code
+    port = re.search(r"^master node110:([0-9]+) rendezvous static", proc.stdout, re.M).group(1)
     assert argv[2:] == ["--node-rank=1", "--nnodes=2", "--nproc-per-node=8", "--master-addr=node110",
-                        "--master-port=24242", "/starmap/nas/code/train.py", *args]
-    assert "master node110:24242 rendezvous static" in proc.stdout
+                        f"--master-port={port}", "/starmap/nas/code/train.py", *args]
+
+
+def test_the_rendezvous_port_is_one_free_on_the_master_at_run_time_not_one_known_before(tmp_path):
+    """A port derived from the job id (20000 + id % 20000) is one another user can hold on the first
+    node before the job starts; the job takes one the kernel says is free there."""
+    script = render(in_dir(tmp_path, master_port=0))
+    assert "20000" not in script
+    squatter = socket.socket()
+    squatter.bind(("", 0))
+    squatter.listen()
+    held = squatter.getsockname()[1]
+    ports = set()
+    try:
+        for job_id in ("4242", str(held - 20000 if held > 20000 else held)):
+            proc, argv = run_with_standins(tmp_path, script, SLURM_JOB_ID=job_id, SLURMD_NODENAME="node110")
+            assert proc.returncode == 0, proc.stderr
+            port = int(next(arg for arg in argv if arg.startswith("--master-port=")).split("=")[1])
+            assert port != held and 0 < port < 65536
+            ports.add(port)
+    finally:
+        squatter.close()
+    assert len(ports) == 2, "a fresh one each job"
+
+
+def test_c10d_makes_node_rank_0_the_store_host_and_the_others_its_clients(tmp_path):
+    script = render(in_dir(tmp_path, rendezvous="c10d"))
+    # Node 1 joins only once node 0 said its own torchrun listens: here, never.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "seq").write_text("#!/bin/sh\necho 1; echo 2\n")  # two looks, not two minutes of them
+    (bin_dir / "seq").chmod(0o755)
+    proc, argv = run_with_standins(tmp_path, script)  # the srun stand-in runs node 1
+    assert proc.returncode == 1 and argv is None
+    assert "node 1: the rendezvous store on node110:29400 never became this job's: not joining it" in proc.stderr
+    # Once it did, node 1 is a client of it.
+    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\n'
+                                  'touch "$RENDEZVOUS_READY"; SLURM_NODEID=1 exec "$@"\n')
+    proc, argv = run_with_standins(tmp_path, script, keep_srun=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "--rdzv-conf=is_host=0" in argv and "--rdzv-backend=c10d" in argv
+    # Node 0 hosts the store, never a client of another's.
+    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nSLURM_NODEID=0 exec "$@"\n')
+    proc, argv = run_with_standins(tmp_path, script, keep_srun=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "--rdzv-conf=is_host=1" in argv
 
 
 def test_the_node_groups_nccl_settings_reach_the_training(tmp_path):

@@ -1,18 +1,11 @@
 """How a launch reads what users type: node lists and script arguments."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 from ansible.errors import AnsibleFilterError
 
-import slurm_nodes
-
-FILTER = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "filter_plugins" / "shell_words.py"
-spec = importlib.util.spec_from_file_location("shell_words", FILTER)
-shell_words_module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(shell_words_module)
-shell_words = shell_words_module.shell_words
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_nodes
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_code
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.shell_words import shell_words
 
 
 @pytest.mark.parametrize("given, names", [
@@ -57,9 +50,6 @@ def test_unbalanced_quotes_are_refused_with_the_value():
 
 
 def test_the_code_line_says_whether_the_code_was_copied_and_from_which_commit():
-    code_spec = importlib.util.spec_from_file_location("launch_code", FILTER.with_name("launch_code.py"))
-    launch_code = importlib.util.module_from_spec(code_spec)
-    code_spec.loader.exec_module(launch_code)
     launch_code_line = launch_code.launch_code_line
     code = {"hash": "9f86a16e3280b3e10aa3", "files": 3, "copied": False, "git_commit": "0123456789abcdef" * 2 + "01234567",
             "git_dirty": True}

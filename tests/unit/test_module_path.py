@@ -5,7 +5,6 @@ without a module system the script does nothing and fails nothing. The module fi
 roles/cuda_toolkit renders (Tcl, which Lmod reads through its tcl2lua), so Lmod is shown to take
 it as written. Environment Modules is not tested here: Debian's package conflicts with lmod."""
 
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -30,10 +29,7 @@ PROFILE = "/etc/profile.d/zz-ansible-slurm-train-modules"
 def run_render(dirs, profile=PROFILE, **more):
     """The role's module_path_render task's result for these settings (its action plugin, with the
     role's search path, as Ansible runs it)."""
-    spec = importlib.util.spec_from_file_location("module_path_render_action",
-                                                  ROLE / "action_plugins" / "module_path_render.py")
-    action = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(action)
+    from ansible_collections.hpc.slurm_train.plugins.action import module_path_render as action
     loader = DataLoader()
     task = SimpleNamespace(args={"dirs": dirs, "profile": profile, **more}, async_val=0, check_mode=False,
                            action="module_path_render")

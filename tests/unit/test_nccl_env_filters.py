@@ -1,24 +1,15 @@
-"""Unit tests for roles/nccl_env/filter_plugins/nccl_env.py: merging and consistency checks,
+"""Unit tests for plugins/filter/nccl_env.py: merging and consistency checks,
 on the recorded sysfs trees read by nccl_network_facts."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from ansible_collections.hpc.slurm_train.plugins.filter import nccl_env
+from ansible_collections.hpc.slurm_train.plugins.modules import nccl_network_facts as facts
+
 REPO = Path(__file__).resolve().parents[2]
 SYSFS = Path(__file__).resolve().parent / "fixtures" / "sysfs"
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-nccl_env = _load("nccl_env_filters", REPO / "roles" / "nccl_env" / "filter_plugins" / "nccl_env.py")
-facts = _load("nccl_network_facts_for_filters", REPO / "library" / "nccl_network_facts.py")
 
 
 def node(name, tree, addresses, group="gpu", overrides=None, base=None):
@@ -90,8 +81,10 @@ def test_exact_and_prefix_matches_follow_nccl_syntax():
 @pytest.mark.parametrize("settings, message", [
     ({"NCCL_SOCKET_IFNAME": "lo"}, "includes the loopback interface lo"),
     ({"NCCL_SOCKET_IFNAME": "=eth0,lo"}, "includes the loopback interface lo"),
-    ({"NCCL_MIN_NRINGS": "4"}, "NCCL_MIN_NRINGS is no longer read; use NCCL_MIN_NCHANNELS"),
-    ({"NCCL_ASYNC_ERROR_HANDLING": "1"}, "use TORCH_NCCL_ASYNC_ERROR_HANDLING"),
+    ({"NCCL_IB_HCA": "=mlx5_0:1, mlx5_3:1"}, "NCCL_IB_HCA==mlx5_0:1, mlx5_3:1 has a space in ' mlx5_3:1': NCCL "
+                                             "splits at ',' only and keeps it, so the entry matches nothing; write "
+                                             "=mlx5_0:1,mlx5_3:1"),
+    ({"NCCL_IB_HCA": "mlx5_0:one"}, "mlx5_0:one is no hca:port[:rail:plane] with numbers"),
     ({"NCCL_IB_DISABLE": "yes"}, "NCCL_IB_DISABLE=yes; use 1 (sockets only) or 0"),
     ({"nccl_debug": "INFO"}, "'nccl_debug' is no environment variable name"),
     ({"NCCL_DEBUG": "INFO\nNCCL_IB_DISABLE=1"}, "NCCL_DEBUG holds a line break"),
@@ -99,6 +92,35 @@ def test_exact_and_prefix_matches_follow_nccl_syntax():
 def test_settings_nccl_would_misread_are_refused(settings, message):
     found = nccl_env.nccl_env_setting_problems(settings, "n1")
     assert any(message in p for p in found), found
+
+
+def test_deprecated_names_are_read_and_warned_about_not_refused():
+    settings = {"NCCL_MIN_NRINGS": "4", "NCCL_ASYNC_ERROR_HANDLING": "1"}
+    assert nccl_env.nccl_env_setting_problems(settings, "n1") == []
+    assert facts.setting_warnings(settings) == [
+        "NCCL_ASYNC_ERROR_HANDLING is deprecated (still read, for now): use TORCH_NCCL_ASYNC_ERROR_HANDLING.",
+        "NCCL_MIN_NRINGS is deprecated (still read, for now): use NCCL_MIN_NCHANNELS."]
+
+
+def test_the_example_inventorys_and_field_notes_risky_settings_are_warned_about():
+    warnings = facts.setting_warnings({"NCCL_IB_TIMEOUT": "22", "NCCL_NET_GDR_LEVEL": "2", "NCCL_MIN_NCHANNELS": "4",
+                                       "NCCL_CROSS_NIC": "1", "NCCL_COLLNET_ENABLE": "1", "NCCL_IB_TC": "106",
+                                       "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"})
+    assert [w.split(":")[0].split("=")[0].split(" ")[0] for w in warnings] == [
+        "NCCL_COLLNET_ENABLE", "NCCL_CROSS_NIC", "NCCL_IB_TIMEOUT", "NCCL_MIN_NCHANNELS", "NCCL_NET_GDR_LEVEL",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING"]
+    assert warnings[2] == ("NCCL_IB_TIMEOUT=22: each of the 7 retries waits 17 s (4.096 us * 2^22), so a lost link "
+                           "stalls the job about 2 min before NCCL reports it; NCCL's default is 20 (4.3 s).")
+    assert "numeric form is deprecated" in warnings[4]
+    assert facts.setting_warnings({"NCCL_IB_TIMEOUT": "20", "NCCL_NET_GDR_LEVEL": "PHB"}) == []
+
+
+def test_the_port_rail_plane_form_is_accepted_as_nccl_parses_it():
+    n = node("i1", "ib_single", {"ib0": ["10.1.0.1"]}, overrides={"NCCL_IB_HCA": "=mlx5_0:1:0:0"})
+    assert problems(n) == []
+    n = node("i1", "ib_single", {"ib0": ["10.1.0.1"]}, overrides={"NCCL_IB_HCA": "=mlx5_0:2:0:0"})
+    assert problems(n) == ["i1: NCCL_IB_HCA names mlx5_0:2, which i1 does not have as an active port "
+                           "(active: mlx5_0:1; HCAs: mlx5_0)"]
 
 
 def test_good_settings_pass():
@@ -256,3 +278,47 @@ def test_a_host_override_its_group_lacks_names_that_host_and_the_variable():
                             "share"]}
     # The group's key it shares is no suspect: NCCL_IB_TC is named nowhere.
     assert "NCCL_IB_TC" not in found["c2"][0]
+
+
+def test_async_error_handling_is_left_to_pytorch_by_default():
+    # PyTorch >= 2.2 defaults TORCH_NCCL_ASYNC_ERROR_HANDLING to 3; a 1 here would override it
+    # in every job (ProcessGroupNCCL: mode 1's ncclCommAbort can hang, no flight recorder dump).
+    import yaml
+    defaults = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles" / "nccl_env" / "defaults"
+                               / "main.yml").read_text())
+    assert defaults["nccl_env_base"] == {}
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in nccl_env.nccl_env_merge({"NCCL_IB_DISABLE": "0"},
+                                                                           defaults["nccl_env_base"], {})
+
+
+def test_a_nodes_own_failed_check_decides_the_groups_disagreement_on_that_key():
+    # c2's /etc/nccl.conf was edited by hand: an HCA it lacks, IB enabled, a debug level of its own.
+    # Its own check of NCCL_IB_HCA fails: that names c2 alone for NCCL_IB_HCA, and for every other
+    # key it differs on, where no one's own check tells (issue 31, item 9).
+    healthy = node("i1", "ib_single", {"ib0": ["10.1.0.1"]})
+    edited = dict(healthy[2], NCCL_IB_HCA="=mlx5_4:1", NCCL_DEBUG="INFO")
+    found = nccl_env.nccl_env_group_outliers(["i1", "i2"], ["gpu", "gpu"], [healthy[2], edited],
+                                             [healthy[3], healthy[3]])
+    assert list(found) == ["i2"], found
+    assert found["i2"] == [
+        "i2: NCCL_IB_HCA names mlx5_4:1, which i2 does not have as an active port (active: mlx5_0:1; HCAs: mlx5_0)",
+        "group gpu: NCCL_DEBUG differs between its nodes (i1=(unset), i2=INFO); i2 is the odd one: its own check "
+        "failed on NCCL_IB_HCA",
+        "group gpu: NCCL_IB_HCA differs between its nodes (i1=mlx5_0:1, i2==mlx5_4:1); i2 is the odd one: its own "
+        "check of NCCL_IB_HCA failed, above"]
+    assert not any("every side" in problem for problems in found.values() for problem in problems)
+
+
+def test_nccl_conf_gets_a_detected_gid_index_only_from_the_inventory():
+    settings = {"NCCL_IB_DISABLE": "0", "NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "=eth0",
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}
+    assert nccl_env.nccl_env_conf_settings(settings, {}, {}) == {"NCCL_IB_DISABLE": "0", "NCCL_SOCKET_IFNAME": "=eth0"}
+    assert nccl_env.nccl_env_conf_settings(settings, {"NCCL_IB_GID_INDEX": 3}, {})["NCCL_IB_GID_INDEX"] == "3"
+    assert "NCCL_IB_GID_INDEX" in nccl_env.nccl_env_conf_settings(settings, {}, {"NCCL_IB_GID_INDEX": "3"})
+
+
+def test_the_templates_kept_block_is_what_the_module_reads_back_as_kept():
+    template = (REPO / "roles" / "nccl_env" / "templates" / "key_value.j2").read_text()
+    assert f"\n{facts.KEPT_MARKER}\n" in template
+    title = (REPO / "roles" / "nccl_env" / "tasks" / "deferred_node_files.yml").read_text()
+    assert f'_kv_title: "{facts.CONF_TITLE_PREFIX[2:]}{{{{ inventory_hostname }}}}' in title

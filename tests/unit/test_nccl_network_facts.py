@@ -1,7 +1,6 @@
 """Unit tests for library/nccl_network_facts.py against recorded sysfs trees."""
 
 import errno
-import importlib.util
 import json
 import os
 import socket
@@ -11,21 +10,9 @@ import ansible.module_utils._internal
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SYSFS_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sysfs"
 
-
-def _load_module():
-    # library/ is not a package; load the module file the way Ansible would find it.
-    spec = importlib.util.spec_from_file_location(
-        "nccl_network_facts", REPO_ROOT / "library" / "nccl_network_facts.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-nccl = _load_module()
+from ansible_collections.hpc.slurm_train.plugins.modules import nccl_network_facts as nccl  # noqa: E402
 
 DEFAULT_EXCLUDE = ["lo", "docker*", "veth*", "virbr*", "br-*"]
 
@@ -137,6 +124,8 @@ def test_read_hcas_ib_single():
             "board_id": "MT_0000000223",
             "pci_path": [],
             "numa_node": None,
+            "virtual_function": False,
+            "netdevs": [],
             "ports": [
                 {
                     "port": 1,
@@ -209,6 +198,8 @@ def test_read_interfaces_ib_single():
             "virtual": False,
             "mtu": 1500,
             "address": "3c:ec:ef:12:34:56",
+            "speed": None,
+            "lower": [],
             "ipv4": [],
         },
         {
@@ -218,6 +209,8 @@ def test_read_interfaces_ib_single():
             "virtual": False,
             "mtu": 2044,
             "address": "00:00:10:29:fe:80:00:00:00:00:00:00:0c:42:a1:03:00:8b:6f:5c",
+            "speed": None,
+            "lower": [],
             "ipv4": ["10.1.0.11"],
         },
         {
@@ -227,6 +220,8 @@ def test_read_interfaces_ib_single():
             "virtual": True,
             "mtu": 65536,
             "address": "00:00:00:00:00:00",
+            "speed": None,
+            "lower": [],
             "ipv4": [],
         },
     ]
@@ -585,7 +580,7 @@ def test_an_hca_without_ports_and_attributes_that_are_missing_or_garbage(tmp_pat
     (tmp_path / "class" / "infiniband" / "mlx5_0").mkdir(parents=True)
     assert nccl.read_hcas(str(tmp_path)) == [
         {"name": "mlx5_0", "node_guid": None, "fw_ver": None, "board_id": None,
-         "pci_path": [], "numa_node": None, "ports": []}]
+         "pci_path": [], "numa_node": None, "virtual_function": False, "netdevs": [], "ports": []}]
     (tmp_path / "mtu").write_text("lots\n")
     assert nccl.read_sysfs_int(str(tmp_path / "mtu")) is None
     assert nccl.read_sysfs_int(str(tmp_path / "type")) is None
@@ -673,18 +668,21 @@ GPU = {"pci_address": "0000:18:00.0", "pci_path": [RP, SW_UP, SW_DN_A, "0000:18:
 def test_the_compute_fabric_is_the_link_layer_most_gpu_local_ports_have():
     hcas = [hca(f"mlx5_{n}", [RP, SW_UP, SW_DN_B, f"0000:19:00.{n}"], port("InfiniBand")) for n in range(3)]
     hcas.append(hca("mlx5_3", [RP, SW_UP, SW_DN_B, "0000:19:00.3"], port("Ethernet")))
-    ports, reason = nccl.compute_fabric(hcas, [GPU])
-    assert reason is None
+    ports, reason, how = nccl.compute_fabric(hcas, [GPU])
+    assert reason is None and how == "pci"
     assert [name for name, _port in ports] == ["mlx5_0", "mlx5_1", "mlx5_2"]
 
 
 def test_the_compute_fabric_is_unknown_without_a_gpu_local_hca_or_a_readable_link_layer():
     far = [hca("mlx5_0", ["0000:9a:01.0", "0000:9b:00.0"], port("InfiniBand"))]
-    assert nccl.compute_fabric(far, [GPU]) == ([], "no HCA shares a PCIe switch with a GPU (or their PCI "
-                                                   "paths are unreadable); NCCL_IB_HCA left unset (NCCL chooses)")
+    far[0]["numa_node"] = 1  # the GPU's is 0
+    assert nccl.compute_fabric(far, [GPU]) == ([], "no HCA shares a PCIe switch or a NUMA node with a GPU (or their "
+                                                   "PCI paths and NUMA nodes are unreadable); NCCL_IB_HCA left unset "
+                                                   "(NCCL chooses)", None)
     near = [hca("mlx5_0", [RP, SW_UP, SW_DN_B, "0000:19:00.0"], port(None))]
-    assert nccl.compute_fabric(near, [GPU]) == ([], "the GPU-local HCAs' link layers are unreadable; "
-                                                    "NCCL_IB_HCA left unset (NCCL chooses)")
+    assert nccl.compute_fabric(near, [GPU])[1] == ("no HCA port NCCL's IB transport can use (an InfiniBand or "
+                                                   "Ethernet link layer, not an SR-IOV virtual function); "
+                                                   "NCCL_IB_HCA left unset")
 
 
 def roce_rail(name, function, index, active=True):
@@ -699,8 +697,8 @@ def test_the_gid_index_is_forced_only_before_nccl_2_21(version, gid_index):
         [roce_rail("mlx5_bond_0", 0, 3)], [GPU], [], [], "RoCE v2", nccl_version=version)
     assert proposed.get("NCCL_IB_GID_INDEX") == gid_index
     assert proposed["NCCL_IB_HCA"] == "=mlx5_bond_0:1"
-    assert reasons["NCCL_IB_HCA"] == ("the Ethernet ports of the HCAs that share a PCIe switch with a GPU "
-                                      "(the compute fabric)")
+    assert reasons["NCCL_IB_HCA"] == ("the Ethernet ports of the HCAs nearest each GPU below a PCIe switch "
+                                      "(NCCL's PIX/PXB: the compute fabric)")
     if gid_index:
         assert reasons["NCCL_IB_GID_INDEX"] == (f"the RoCE v2 GID index every compute RoCE port has, for "
                                                 f"NCCL {version}, which takes one index for all ports")
@@ -720,7 +718,10 @@ def test_rails_that_disagree_on_the_gid_index_leave_it_unset_with_a_warning():
         nccl_version="2.18.3")
     assert "NCCL_IB_GID_INDEX" not in proposed
     assert reasons["NCCL_IB_GID_INDEX"] == ("the compute RoCE ports have no one GID index of type RoCE v2 "
-                                            "and this NCCL takes one for all; left unset")
+                                            "and this NCCL takes one for all; left unset, so NCCL before 2.21 "
+                                            "uses index 0 (its default), a RoCE v1 or link-local GID on most ports")
+    assert warnings[1] == ("NCCL_IB_GID_INDEX left unset: NCCL 2.18.3 then uses GID index 0; set it in "
+                           "nccl_env_overrides, or use NCCL 2.21 or later.")
     assert warnings[0].startswith("Active RoCE ports disagree on the RoCE v2 GID index")
 
 
@@ -785,10 +786,29 @@ def test_parse_nccl_version(text, version):
 
 def test_the_module_reports_the_nccl_version_it_was_given_or_found(capsys, tmp_path):
     write_conda_record(tmp_path, "nccl-2.18.3-h1_0.json", json.dumps({"name": "nccl", "version": "2.18.3"}))
-    given = run_module(capsys, sysfs_root=sysfs("ib_single"), nccl_version="2.21.5")
-    found = run_module(capsys, sysfs_root=sysfs("ib_single"), env_prefix=str(tmp_path))
+    given = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), nccl_version="2.21.5")
+    found = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), env_prefix=str(tmp_path))
     assert given["ansible_facts"]["nccl_network"]["nccl_version"] == "2.21.5"
     assert found["ansible_facts"]["nccl_network"]["nccl_version"] == "2.18.3"
+    # InfiniBand only: the version decides nothing, and is not looked for.
+    infiniband = run_module(capsys, sysfs_root=sysfs("ib_single"), env_prefix=str(tmp_path))
+    assert infiniband["ansible_facts"]["nccl_network"]["nccl_version"] is None
+
+
+def test_the_nccl_version_is_the_one_the_envs_torch_loads_before_its_files(capsys, tmp_path):
+    # A pytorch-channel torch links NCCL statically: torch.cuda.nccl.version() is 2.21.5 while
+    # conda-meta holds a conda-forge nccl 2.18.3 that torch never loads.
+    write_conda_record(tmp_path, "nccl-2.18.3-h1_0.json", json.dumps({"name": "nccl", "version": "2.18.3"}))
+    (tmp_path / "bin").mkdir()
+    python = tmp_path / "bin" / "python"
+    python.write_text('#!/bin/sh\n[ "$1" = -c ] && case "$2" in *torch.cuda.nccl.version*) echo 2.21.5;; esac\n')
+    python.chmod(0o755)
+    facts = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), env_prefix=str(tmp_path))["ansible_facts"]["nccl_network"]
+    assert facts["nccl_version"] == "2.21.5"
+    assert "NCCL_IB_GID_INDEX" not in facts["proposed"]
+    python.write_text("#!/bin/sh\necho 'AttributeError: torch._C has no _nccl_version' >&2; exit 1\n")
+    facts = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), env_prefix=str(tmp_path))["ansible_facts"]["nccl_network"]
+    assert facts["nccl_version"] == "2.18.3"
 
 
 # Stand-in for getaddrinfo(name, None, AF_INET) (getaddrinfo(3)): without a socket type it lists

@@ -19,7 +19,7 @@ SYSFS = PROJECT_ROOT / "tests" / "unit" / "fixtures" / "sysfs"
 STAGED = {  # what preflight_report.yml's job_dir task stages beside node_check.py
     "node_check.py": PROJECT_ROOT / "roles" / "slurm_launch" / "files" / "preflight" / "node_check.py",
     "nccl_network_facts.py": PROJECT_ROOT / "library" / "nccl_network_facts.py",
-    "nccl_env.py": PROJECT_ROOT / "roles" / "nccl_env" / "filter_plugins" / "nccl_env.py",
+    "nccl_env.py": PROJECT_ROOT / "plugins" / "filter" / "nccl_env.py",
     "gpu_check.py": PROJECT_ROOT / "roles" / "slurm_launch" / "files" / "gpu_check.py",
 }
 # As in test_nccl_hardware_trees.py: the DGX's in-band management port holds the cluster address;
@@ -110,3 +110,35 @@ def test_a_cluster_address_the_node_cannot_resolve_is_a_warning_not_a_crash(node
     found = node_check.detect_network(config("dgx_h100", cluster_addresses={"dgx1": "no-such-host.invalid"}), "dgx1")
     assert "NCCL_SOCKET_IFNAME" not in found["proposed"]
     assert any("cluster_address 'no-such-host.invalid' is neither an IPv4 address" in w for w in found["warnings"])
+
+
+def test_the_users_nccl_conf_is_read_as_nccl_reads_it(node_check):
+    # NCCL (src/misc/param.cc): $NCCL_CONF_FILE, else ~/.nccl.conf, then /etc/nccl.conf, each only
+    # setting what is not set yet; the job's environment (the group's env file) first of all.
+    assert node_check.user_conf_path({"HOME": "/home/alice"}) == "/home/alice/.nccl.conf"
+    assert node_check.user_conf_path({"HOME": "/home/alice", "NCCL_CONF_FILE": "/nas/x.conf"}) == "/nas/x.conf"
+    assert node_check.user_conf_path({"HOME": "/home/alice", "NCCL_CONF_FILE": ""}) == "/home/alice/.nccl.conf"
+    assert node_check.user_conf_path({}) == ""
+    conf = {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "=eth0", "NCCL_DEBUG": "WARN"}
+    user = {"NCCL_IB_HCA": "=mlx5_9:1", "NCCL_DEBUG": "INFO"}
+    env_file = {"NCCL_DEBUG": "TRACE"}
+    assert node_check.job_settings(conf, user, env_file) == {"NCCL_IB_HCA": "=mlx5_9:1", "NCCL_SOCKET_IFNAME": "=eth0",
+                                                             "NCCL_DEBUG": "TRACE"}
+    assert node_check.job_settings(conf, None, {}) == conf
+
+
+def test_the_keys_provision_kept_in_nccl_conf_are_reported(node_check, tmp_path, monkeypatch):
+    monkeypatch.setattr(node_check, "ipv4_addresses", lambda: dict(DGX_ADDRESSES))
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("# NCCL settings of dgx1 (node group g), read by NCCL at init.\nNCCL_IB_DISABLE=0\n"
+                    f"{node_check.nccl_network_facts.KEPT_MARKER}\nNCCL_TOPO_FILE=/opt/microsoft/ndv5/topo.xml\n")
+    found = node_check.detect_network(config("dgx_h100", nccl_conf=str(conf)), "dgx1")
+    assert found["kept"] == {"NCCL_TOPO_FILE": "/opt/microsoft/ndv5/topo.xml"}
+
+
+def test_the_nccl_version_torch_reports_decides_the_gid_index_as_in_provision(node_check, monkeypatch):
+    # hgx_roce_bond's RoCE rails: a forced GID index for NCCL 2.18 only.
+    monkeypatch.setattr(node_check, "ipv4_addresses", lambda: {"eno1": ["10.77.0.120"]})
+    settings = config("hgx_roce_bond", nccl_version="", cluster_addresses={"dgx1": "10.77.0.120"})
+    assert node_check.detect_network(settings, "dgx1", "2.21.5")["proposed"].get("NCCL_IB_GID_INDEX") is None
+    assert node_check.detect_network(settings, "dgx1", "2.18.3")["proposed"]["NCCL_IB_GID_INDEX"] == "3"

@@ -8,7 +8,7 @@ import pwd
 import stat
 
 import ansible.module_utils._internal
-import node_files
+from ansible_collections.hpc.slurm_train.plugins.modules import node_files
 import pytest
 from ansible.module_utils.testing import patch_module_args
 

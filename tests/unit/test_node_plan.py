@@ -1,17 +1,13 @@
 """node_health.py's node_plan: a job's nodes (slurm_nodes' result, from sinfo lines as Slurm
 prints them) checked against the inventory and the request, as nodes.yml asks, in one pass."""
 
-import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-import slurm
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm
 
-PLUGIN = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "filter_plugins" / "node_health.py"
-spec = importlib.util.spec_from_file_location("node_health_plan", PLUGIN)
-node_health = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(node_health)
+from ansible_collections.hpc.slurm_train.plugins.filter import node_health
 
 GROUPS = {"all": ["login01", "node110", "node111", "h1"], "ungrouped": [], "login": ["login01"],
           "compute": ["node110", "node111", "h1"], "gpu_A6000": ["node110", "node111"], "gpu_H100": ["h1"]}

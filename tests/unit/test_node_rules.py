@@ -1,9 +1,9 @@
-"""module_utils/slurm.py's node rules (which nodes a launch refuses, the inventory's counts against
+"""plugins/module_utils/slurm.py's node rules (which nodes a launch refuses, the inventory's counts against
 Slurm's), from sinfo's answers as recorded (fixtures/slurm/sinfo_nodes_*.txt) and as slurm_nodes
 parses them."""
 
 import pytest
-import slurm
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm
 
 
 

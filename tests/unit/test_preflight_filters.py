@@ -1,13 +1,11 @@
-"""roles/slurm_launch/filter_plugins/preflight.py: the preflight's problems and rows, from the
+"""plugins/filter/preflight.py: the preflight's problems and rows, from the
 records the node checks (files/preflight/node_check.py, run by Slurm on each node) write. The
 records here are shaped as node_check.py writes them; test_node_check.py runs it for real."""
-import importlib.util
 from pathlib import Path
 
-PLUGIN = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "filter_plugins" / "preflight.py"
-spec = importlib.util.spec_from_file_location("preflight_filters", PLUGIN)
-preflight = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(preflight)
+import pytest
+
+from ansible_collections.hpc.slurm_train.plugins.filter import preflight
 
 ETH0 = {"name": "eth0", "operstate": "up", "type": 1, "ipv4": ["10.0.0.1"], "virtual": False}
 
@@ -219,3 +217,120 @@ def test_the_interface_a_socket_setting_selects():
     assert nccl_env.nccl_env_socket_interface({"NCCL_SOCKET_IFNAME": "^eth1"}, network) == (None, None)
     assert nccl_env.nccl_env_socket_interface({}, network) == (None, None)
     assert nccl_env.nccl_env_socket_address({"NCCL_SOCKET_IFNAME": "=eth0"}, network) == "10.0.0.1"
+
+
+def test_a_hand_edited_nccl_conf_names_its_node_alone_for_every_key_it_differs_on():
+    # n2's /etc/nccl.conf names an HCA n2 lacks and enables IB; n1's is what provision.yml wrote.
+    hca = {"name": "mlx5_0", "ports": [{"port": 1, "active": True, "state": "ACTIVE", "link_layer": "InfiniBand"}]}
+    written = {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "eth0"}
+    edited = {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_3:1", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_GID_INDEX": "3"}
+    found = []
+    for name, conf in (("n1", written), ("n2", edited)):
+        rec = record(name, conf=conf, job=conf)
+        rec["network"] = {**rec["network"], "hcas": [hca]}
+        found.append(rec)
+    problems = preflight.preflight_problems(found, ["n1", "n2"], {**CONTEXT, "node_groups": ["g", "g"]})
+    assert problems == [
+        "n2: NCCL_IB_HCA names mlx5_3:1, which n2 does not have as an active port (active: mlx5_0:1; HCAs: mlx5_0) "
+        "(in /etc/nccl.conf; provision.yml writes it anew)",
+        "group g: NCCL_IB_GID_INDEX differs between its nodes (n1=(unset), n2=3); n2 is the odd one: its own check "
+        "failed on NCCL_IB_HCA (in /etc/nccl.conf; provision.yml writes it anew)",
+        "group g: NCCL_IB_HCA differs between its nodes (n1==mlx5_0:1, n2==mlx5_3:1); n2 is the odd one: its own "
+        "check of NCCL_IB_HCA failed, above (in /etc/nccl.conf; provision.yml writes it anew)"]
+    assert not any("n1" in problem.split(";")[-1] for problem in problems), problems
+
+
+# --- The all-reduce's result against the nodes' settings: rank 0's NCCL log and the busbw floor ---
+_FACTS = preflight._facts
+_SYSFS = Path(__file__).resolve().parent / "fixtures" / "sysfs"
+
+
+def dgx_record(node, tree="dgx_h100", job=None):
+    root = str(_SYSFS / tree)
+    network = {"hcas": _FACTS.read_hcas(root), "gpus": _FACTS.read_gpus(root), "interfaces": []}
+    return record(node, network=network, job=job or {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0:1"})
+
+
+def allreduce(node="dgx1", network="IB", gdrdma=True, busbw=(0.5, 20.0), backend="nccl", lines=()):
+    sizes = (16777216, 268435456)
+    return {"world_size": 16, "backend": backend, "node": node,
+            "nccl": {"network": network, "gdrdma": gdrdma, "lines": list(lines)} if backend == "nccl" else None,
+            "results": [{"size": size, "busbw": bw, "wrong": 0} for size, bw in zip(sizes, busbw)]}
+
+
+GPU_CONTEXT = {"gpus_per_node": 8, "min_busbw_gbps": ""}
+
+
+def test_a_gpu_job_whose_nccl_fell_back_to_sockets_names_rank_0s_node_and_net_socket():
+    lines = ["NCCL INFO NET/IB : No device found.", "NCCL INFO NET/Socket : Using [0]eth0:10.77.0.110<0>",
+             "NCCL INFO Using network Socket"]
+    problems = preflight.preflight_allreduce_problems(allreduce(network="Socket", gdrdma=False, lines=lines),
+                                                      [dgx_record("dgx1"), dgx_record("dgx2")], GPU_CONTEXT)
+    assert problems == [
+        "dgx1: the all-reduce's NCCL used NET/Socket, not NET/IB, though NCCL_IB_DISABLE=0 and dgx1 has active "
+        "ports (mlx5_0:1, mlx5_1:1, mlx5_2:1, mlx5_3:1, ...): a training would run at socket speed (rank 0's NCCL: "
+        "NCCL INFO NET/IB : No device found. | NCCL INFO NET/Socket : Using [0]eth0:10.77.0.110<0>); check "
+        "NCCL_IB_HCA, the rdma-core libraries in the training env (libibverbs.so.1) and /dev/infiniband in the job"]
+
+
+def test_net_ib_with_gdrdma_passes_and_without_it_on_a_switched_node_is_named():
+    found = [dgx_record("dgx1"), dgx_record("dgx2")]
+    assert preflight.preflight_allreduce_problems(allreduce(), found, GPU_CONTEXT) == []
+    (problem,) = preflight.preflight_allreduce_problems(allreduce(gdrdma=False), found, GPU_CONTEXT)
+    assert problem.startswith("dgx1: the all-reduce's NCCL used NET/IB without GPUDirect RDMA")
+    # A GB200 tray's HCAs share no PCIe switch with its GPUs: GDRDMA is not what this check expects.
+    tray = [dgx_record("dgx1", tree="gb200_tray")]
+    assert preflight.preflight_allreduce_problems(allreduce(gdrdma=False), tray, GPU_CONTEXT) == []
+
+
+def test_sockets_by_choice_and_cpu_jobs_are_not_judged_by_the_log():
+    sockets = [dgx_record("dgx1", job={"NCCL_IB_DISABLE": "1"})]
+    assert preflight.preflight_allreduce_problems(allreduce(network="Socket", gdrdma=False), sockets,
+                                                  GPU_CONTEXT) == []
+    assert preflight.preflight_allreduce_problems(allreduce(backend="gloo"), [dgx_record("dgx1")],
+                                                  {"gpus_per_node": 0}) == []
+
+
+def test_efa_without_its_plugin_is_named():
+    (problem,) = preflight.preflight_allreduce_problems(
+        allreduce(node="p5", network="Socket", gdrdma=False),
+        [dgx_record("p5", tree="aws_p5", job={"NCCL_IB_DISABLE": "1"})], GPU_CONTEXT)
+    assert problem.startswith("p5: the all-reduce's NCCL used NET/Socket though p5 has RDMA devices")
+    assert "aws-ofi-nccl" in problem
+
+
+@pytest.mark.parametrize("floor, failing", [("", False), (100, False), (160, False), (161, True), ("400", True)])
+def test_the_bus_bandwidth_floor_is_held_against_the_large_sizes_in_gbps(floor, failing):
+    # 20 GB/s at 256 MiB is 160 Gb/s; the 16 MiB row (0.5 GB/s) does not count.
+    problems = preflight.preflight_allreduce_problems(allreduce(), [dgx_record("dgx1")],
+                                                      {"gpus_per_node": 8, "min_busbw_gbps": floor})
+    assert bool(problems) == failing, problems
+    if failing:
+        assert problems == [f"the all-reduce's bus bandwidth, 160.0 Gb/s at 268435456 bytes (16 ranks, nccl), is "
+                            f"below the group's floor of {float(floor):g} Gb/s (slurm_launch_preflight_min_busbw_gbps): "
+                            "a slow or wrong network path"]
+
+
+def test_a_conf_naming_a_missing_hca_under_an_env_file_that_disables_ib_names_its_node_alone():
+    # The local cluster's case: the group's env file says NCCL_IB_DISABLE=1, so a job reads no
+    # HCA; node111's hand-edited nccl.conf enables IB and names mlx5_0:1, which it lacks.
+    env_file = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0"}
+    written = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0"}
+    edited = {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "=eth0"}
+    found = [record("node110", conf=written, job={**written, **env_file}),
+             record("node111", conf=edited, job={**edited, **env_file})]
+    problems = preflight.preflight_problems(found, ["node110", "node111"], {**CONTEXT, "node_groups": ["g", "g"]})
+    assert problems[0] == ("node111: NCCL_IB_HCA names mlx5_0:1, which node111 does not have as an active port "
+                           "(active: none; HCAs: none) (in /etc/nccl.conf; provision.yml writes it anew)")
+    # As a job reads it, NCCL_IB_HCA differs the same way: said once.
+    assert len(problems) == 3, problems
+    assert all("node111 is the odd one" in problem for problem in problems[1:]), problems
+    assert not any("every side" in problem or "check node110" in problem for problem in problems), problems
+
+
+def test_a_users_nccl_conf_is_shown_in_the_nodes_row():
+    found = [record("n1", user_conf={"path": "/home/alice/.nccl.conf", "settings": {"NCCL_IB_HCA": "=mlx5_9:1"}}),
+             record("n2")]
+    rows = {row["node"]: row["checks"] for row in preflight.preflight_rows(found, ["n1", "n2"])}
+    assert "; /home/alice/.nccl.conf sets NCCL_IB_HCA; reaches" in rows["n1"]
+    assert ".nccl.conf" not in rows["n2"]

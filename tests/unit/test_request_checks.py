@@ -1,16 +1,12 @@
 """request_checks (the slurm_launch_request action's helper): a request's names and counts checked
 in one pass each."""
 
-import importlib.util
 
 import pytest
 
 from conftest import PROJECT_ROOT
 
-spec = importlib.util.spec_from_file_location(
-    "request_checks", PROJECT_ROOT / "roles" / "slurm_launch" / "action_plugins" / "request_checks.py")
-request_checks = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(request_checks)
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import request_checks
 
 
 def test_text_and_lists_of_text_where_allowed_pass():

@@ -1,5 +1,5 @@
 """The conda and cuda_toolkit roles hold their paths to the project's one safe-path rule
-(module_utils/cluster_rules.py, through the cluster_path_problems filter), and say so in its
+(plugins/module_utils/cluster_rules.py, through the cluster_path_problems filter), and say so in its
 words: each bad path named with its value, before anything is installed. Run as an admin runs
 them: ansible-playbook, the role's own validate tasks, the values given with -e."""
 
@@ -20,7 +20,7 @@ def validate(role, tmp_path, **extra_vars):
     playbook = tmp_path / "validate.yml"
     playbook.write_text(json.dumps([{
         "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "tasks": [{"name": "Validate.", "ansible.builtin.include_role": {"name": role, "tasks_from": "validate"}}]}]))
+        "tasks": [{"name": "Validate.", "ansible.builtin.include_role": {"name": f"hpc.slurm_train.{role}", "tasks_from": "validate"}}]}]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
     proc = subprocess.run([str(PROJECT_ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,",
@@ -42,7 +42,7 @@ def test_conda_refuses_each_bad_path_by_name_in_the_shared_rules_words(tmp_path)
                        conda_installer_nas_path="relative/Miniforge3.sh")
     assert rc != 0
     task, message = failed_task(out)
-    assert task.startswith("TASK [conda : Check the conda paths.]"), out
+    assert task.startswith("TASK [hpc.slurm_train.conda : Check the conda paths.]"), out
     assert f"cluster_conda_root='/nas/conda root' {RULE}" in message
     assert f"conda_temp_parent='/scratch/..' {RULE}" in message
     assert f"conda_installer_nas_path='relative/Miniforge3.sh' {RULE}" in message
@@ -55,7 +55,7 @@ def test_conda_takes_a_path_with_a_plus_as_the_launch_does(tmp_path):
     rc, out = validate("conda", tmp_path, cluster_conda_root="/nas/conda+cu118", conda_temp_parent="/scratch")
     assert rc != 0
     task, message = failed_task(out)
-    assert task.startswith("TASK [conda : Check the conda settings.]"), out
+    assert task.startswith("TASK [hpc.slurm_train.conda : Check the conda settings.]"), out
     assert "conda_installer_checksum= must be <algorithm>:<hex>" in message, message
 
 
@@ -64,7 +64,7 @@ def test_cuda_toolkit_refuses_each_bad_path_by_the_name_it_is_set_under(tmp_path
                        cuda_toolkit_modulefiles_dir="/nas/module files")
     assert rc != 0
     task, message = failed_task(out)
-    assert task.startswith("TASK [cuda_toolkit : Check the CUDA paths.]"), out
+    assert task.startswith("TASK [hpc.slurm_train.cuda_toolkit : Check the CUDA paths.]"), out
     assert f"cluster_cuda_home='/nas/cuda/../cuda-11.8' {RULE}" in message
     assert f"cuda_toolkit_modulefiles_dir='/nas/module files' {RULE}" in message
     assert "cuda_toolkit_runfile_symlink" not in message and "cuda_toolkit_temp_parent" not in message, message
@@ -80,6 +80,6 @@ def test_cuda_toolkit_names_an_extra_releases_runfile_path_by_its_index(tmp_path
     assert rc != 0
     task, message = failed_task(out)
     # cluster_cuda_home with '+' passed the first check; the release check names the one bad path.
-    assert task.startswith("TASK [cuda_toolkit : Check each CUDA release's runfile paths.]"), out
+    assert task.startswith("TASK [hpc.slurm_train.cuda_toolkit : Check each CUDA release's runfile paths.]"), out
     assert f"cuda_toolkit_extra_releases[1].controller_path='/home/me/cuda 12.2.run' {RULE}" in message, message
     assert out.count("[ERROR]") == 1 and "cuda_toolkit_runfile_nas_path=" not in message, out

@@ -1,16 +1,12 @@
 """The runs filters: which run a launch was, in words (the summary's `run` line), and the table
 of a user's jobs that jobs.yml prints (Slurm's pending/running jobs with the collected ones)."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
-PLUGIN = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "filter_plugins" / "runs.py"
-spec = importlib.util.spec_from_file_location("runs_filter", PLUGIN)
-runs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(runs)
+from ansible_collections.hpc.slurm_train.plugins.filter import runs
 
 LOG = "/nas/jobs/alice/train_ddp/runs/{run}/train_ddp-{job}.out"
 

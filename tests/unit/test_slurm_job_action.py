@@ -2,7 +2,6 @@
 task's result keeps of them. The module's own runs are scripted results here."""
 
 import base64
-import importlib.util
 import json
 from types import SimpleNamespace
 from unittest import mock
@@ -11,10 +10,7 @@ import pytest
 
 from conftest import PROJECT_ROOT, init_plugin_loader
 
-PLUGIN = PROJECT_ROOT / "roles" / "slurm_launch" / "action_plugins" / "slurm_job.py"
-spec = importlib.util.spec_from_file_location("slurm_job_action", PLUGIN)
-action = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(action)
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_job as action
 
 
 def run_slices(slices, connection=None, **args):

@@ -4,7 +4,7 @@ fixtures/slurm/README.md (array 5, four tasks, at most two at once, task 2 faili
 import os
 import pwd
 import pytest
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 from test_slurm_job_module import clock, run_module, slurm_cli  # noqa: F401
 
 RECORDED_DIR = "/var/lib/ansible-slurm-train/local/nas/jobs/alice/arrtest"

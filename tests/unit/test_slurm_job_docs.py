@@ -4,8 +4,8 @@ module gives it, so a user can read what a launch does in each."""
 import pytest
 import yaml
 
-import slurm
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 
 NOTES = yaml.safe_load(slurm_job.DOCUMENTATION)["notes"]
 

@@ -3,7 +3,7 @@ grew a lot, and the log of a requeued job's last run when only accounting rememb
 
 import re
 
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 from test_slurm_job_module import (  # noqa: F401
     INVALID_JOB_ID, SACCT, SCONTROL, answer_sacct_version, clock, run_module, sacct_output, slurm_cli,
 )

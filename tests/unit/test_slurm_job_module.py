@@ -13,7 +13,7 @@ import random
 import re
 
 import pytest
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args

@@ -10,7 +10,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 from test_slurm_job_module import SCONTROL, clock, job_output, run_module, sbatch_argv, script, slurm_cli  # noqa: F401
 
 SACCTMGR = ["sacctmgr", "-n", "-P", "show", "user", "bob", "format=AdminLevel"]

@@ -1,7 +1,6 @@
 """The slurm_launch_extra_vars action plugin run as the launch runs it: the role's real defaults
 and argument specs, the -e values as ansible-playbook's command line hands them over."""
 
-import importlib.util
 from types import SimpleNamespace
 from unittest import mock
 
@@ -15,10 +14,7 @@ from ansible.utils.vars import load_extra_vars
 from conftest import PROJECT_ROOT
 
 ROLE = PROJECT_ROOT / "roles" / "slurm_launch"
-PLUGIN = ROLE / "action_plugins" / "slurm_launch_extra_vars.py"
-spec = importlib.util.spec_from_file_location("slurm_launch_extra_vars_action", PLUGIN)
-action = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(action)
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as action
 
 
 def run(extra_vars, task_vars=None, **args):

@@ -2,7 +2,6 @@
 specs, job template and GPU check, a request as vars/main.yml's _slurm_launch_request gives it, an
 inventory's groups and hostvars, and the -e values as ansible-playbook's command line hands them over."""
 
-import importlib.util
 from types import SimpleNamespace
 from unittest import mock
 
@@ -17,10 +16,7 @@ from ansible.utils.vars import load_extra_vars
 from conftest import PROJECT_ROOT, init_plugin_loader
 
 ROLE = PROJECT_ROOT / "roles" / "slurm_launch"
-PLUGIN = ROLE / "action_plugins" / "slurm_launch_request.py"
-spec = importlib.util.spec_from_file_location("slurm_launch_request_action", PLUGIN)
-action = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(action)
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_request as action
 plugin_loader = init_plugin_loader()
 
 GROUPS = {"all": ["login01", "node110", "node111", "h1"], "ungrouped": [], "submit": ["login01"],
@@ -48,7 +44,7 @@ def request(trainer, **given):
               "warning_signal": "USR1", "warning_seconds": 120, "max_restarts": 1, "extra_directives": [], "env": {},
               "cuda_home": "/nas/cuda-11.8", "replace_ld_library_path": False, "conda_root": "/nas/conda",
               "conda_env": "train", "venv": "", "nccl_env_dir": "/nas/nccl", "rendezvous": "static", "sweep": {},
-              "sweep_parallel": 0}
+              "sweep_parallel": 0, "env_from": []}
     assert set(values) == set(keys), "the test's request has the role's keys"
     return {**values, **given}
 

@@ -5,7 +5,7 @@ import json
 
 import ansible.module_utils._internal
 import pytest
-import slurm_nodes
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_nodes
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 

@@ -1,4 +1,4 @@
-"""Unit tests of module_utils/slurm.py against outputs recorded in Slurm 22.05's format."""
+"""Unit tests of plugins/module_utils/slurm.py against outputs recorded in Slurm 22.05's format."""
 
 import itertools
 import subprocess
@@ -6,23 +6,17 @@ import sys
 from pathlib import Path
 
 import pytest
-import slurm
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm
 
-MODULE_UTILS_DIR = Path(__file__).resolve().parents[2] / "module_utils"
+MODULE_UTILS_DIR = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
 
 # ---------------------------------------------------------------------------
 # Import
 # ---------------------------------------------------------------------------
 
 
-def test_imports_as_plain_module_from_the_project():
-    assert slurm.__file__ == str(MODULE_UTILS_DIR / "slurm.py")
-
-
-def test_ansible_module_utils_name_is_the_same_module():
-    import ansible.module_utils.slurm as shipped
-
-    assert shipped is slurm
+def test_the_collection_name_imports_the_checkouts_file():
+    assert Path(slurm.__file__).resolve() == MODULE_UTILS_DIR / "slurm.py"
 
 
 def test_uses_only_the_standard_library():

@@ -1,11 +1,11 @@
-"""The parsers of module_utils/slurm.py and slurm_job's collection against what each Slurm
+"""The parsers of plugins/module_utils/slurm.py and slurm_job's collection against what each Slurm
 release from 22.05 to 25.11 prints: fixtures/slurm/<version>/, derived from SchedMD's sources
 at each release's tag (the README's table names the source line of each file)."""
 
 import os
 import pytest
-import slurm
-import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 

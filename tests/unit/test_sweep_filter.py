@@ -1,16 +1,12 @@
 """The sweep filters of roles/slurm_launch: what a sweep may be, its points in task order, the
 table beside the job script and the report of a finished array."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
-PLUGIN = Path(__file__).resolve().parents[2] / "roles" / "slurm_launch" / "filter_plugins" / "sweep.py"
-spec = importlib.util.spec_from_file_location("sweep_filter", PLUGIN)
-sweep = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(sweep)
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep
 
 
 def test_points_are_the_cross_product_the_last_key_fastest_and_the_table_says_the_same():

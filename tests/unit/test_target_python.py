@@ -1,7 +1,6 @@
 """The cluster role's target_python action: the command that asks a host for its Python, what the
 answer means (the slurm_job action applies the same rule), and the task that refuses an old one."""
 
-import importlib.util
 import subprocess
 from types import SimpleNamespace
 from unittest import mock
@@ -10,10 +9,7 @@ import pytest
 
 from conftest import PROJECT_ROOT, init_plugin_loader
 
-spec = importlib.util.spec_from_file_location(
-    "target_python_action", PROJECT_ROOT / "roles" / "cluster" / "action_plugins" / "target_python.py")
-target_python = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(target_python)
+from ansible_collections.hpc.slurm_train.plugins.action import target_python
 
 
 @pytest.mark.parametrize("version, minimum", [("2.16.3", "2.7"), ("2.17.0", "3.7"), ("2.19.14", "3.8"),
@@ -106,10 +102,7 @@ def run_nccl_network_facts(module_result, answer):
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
 
-    spec = importlib.util.spec_from_file_location(
-        "nccl_network_facts_action", PROJECT_ROOT / "roles" / "nccl_env" / "action_plugins" / "nccl_network_facts.py")
-    action = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(action)
+    from ansible_collections.hpc.slurm_train.plugins.action import nccl_network_facts as action
     plugin_loader = init_plugin_loader()
     task = SimpleNamespace(args={"detect_ipv4": True}, async_val=0, check_mode=False, action="nccl_network_facts")
     loader = DataLoader()

@@ -1,15 +1,11 @@
 """The one place a job's derived values come from, for launch.yml and the NAS job templates."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
-FILTER = Path(__file__).resolve().parents[2] / "roles" / "cluster" / "filter_plugins" / "train_job.py"
-spec = importlib.util.spec_from_file_location("train_job", FILTER)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
+from ansible_collections.hpc.slurm_train.plugins.filter import train_job as module
 
 
 def request(**overrides):
@@ -147,7 +143,7 @@ def test_a_bad_job_name_is_the_only_problem_named_for_the_job_dir():
     ("conda_env", "-env", "a conda env name"),
     ("nccl_env_file", "/nas/env/nccl-$(id).sh", "an absolute path"),
     ("script_args", "--steps 30", "a list of arguments"),
-    ("script_args", ["--steps", 30], "each argument is text without NUL characters"),
+    ("script_args", ["--steps", 30], "each argument is text without NUL or carriage return characters"),
     ("env", {"X": 1.5, "Y": 2, "Z": b"x"}, "give text or a number"),
 ])
 def test_each_value_check_names_its_key_and_rule(key, value, rule):

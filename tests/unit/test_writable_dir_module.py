@@ -7,8 +7,8 @@ import os
 
 import ansible.module_utils._internal
 import pytest
-import writable
-import writable_dir
+from ansible_collections.hpc.slurm_train.plugins.module_utils import writable
+from ansible_collections.hpc.slurm_train.plugins.modules import writable_dir
 from ansible.module_utils.testing import patch_module_args
 
 MB = 1024 * 1024

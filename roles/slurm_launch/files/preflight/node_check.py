@@ -27,7 +27,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import nccl_env  # noqa: E402  (roles/nccl_env/filter_plugins/nccl_env.py, staged here)
+import nccl_env  # noqa: E402  (plugins/filter/nccl_env.py, staged here)
 import nccl_network_facts  # noqa: E402  (library/nccl_network_facts.py, staged here)
 import gpu_check  # noqa: E402  (files/gpu_check.py, the job's own GPU check, staged here)
 
@@ -126,7 +126,7 @@ def env_prefix(config):
     return os.path.join(config["conda_root"], "envs", config["conda_env"]) if config["conda_env"] else ""
 
 
-def detect_network(config, node):
+def detect_network(config, node, torch_nccl=""):
     """What provision.yml's nccl_env role detects on this node (nccl_network_facts' site
     proposal, from the same inputs: the node's cluster address, the cluster network, NCCL's
     version), in the shape of its `nccl_network` facts, so both judge a node alike."""
@@ -141,16 +141,37 @@ def detect_network(config, node):
     except ValueError as error:
         cluster_address = None
         warnings.append(str(error))
-    nccl_version = (config.get("nccl_version") or nccl_network_facts.nccl_version_from_env(env_prefix(config))
-                    or None)
+    # As provision asks the env's torch (torch_nccl: gpu_check's answer on a GPU job), then its files.
+    nccl_version = (config.get("nccl_version") or torch_nccl
+                    or nccl_network_facts.nccl_version_from_env(env_prefix(config)) or None)
     hcas = nccl_network_facts.read_hcas(config["sysfs_root"])
     gpus = nccl_network_facts.read_gpus(config["sysfs_root"])
     interfaces = nccl_network_facts.read_interfaces(config["sysfs_root"], addresses or {})
     proposed, site_warnings, reasons, faults = nccl_network_facts.propose_site_settings(
         hcas, gpus, interfaces, config["exclude_interfaces"], config["prefer_gid_type"],
         cluster_address, config.get("cluster_cidr") or None, nccl_version)
+    try:
+        with open(config.get("nccl_conf") or "") as handle:
+            kept = nccl_network_facts.kept_conf_keys(handle.read(), [])
+    except OSError:
+        kept = {}
     return {"hcas": hcas, "gpus": gpus, "interfaces": interfaces, "nccl_version": nccl_version,
-            "proposed": proposed, "reasons": reasons, "faults": faults, "warnings": warnings + site_warnings}
+            "proposed": proposed, "reasons": reasons, "faults": faults, "kept": kept,
+            "warnings": warnings + site_warnings}
+
+
+def user_conf_path(environ):
+    """The file NCCL reads before /etc/nccl.conf (src/misc/param.cc, initEnvFunc): $NCCL_CONF_FILE
+    where set and not empty, else ~/.nccl.conf."""
+    if environ.get("NCCL_CONF_FILE"):
+        return environ["NCCL_CONF_FILE"]
+    return os.path.join(environ["HOME"], ".nccl.conf") if environ.get("HOME") else ""
+
+
+def job_settings(conf, user_conf, env_file):
+    """What NCCL in the job reads: each file only fills in what is not set yet (setenv without
+    overwrite), so the env file (the job's environment) wins, then the user's file, then nccl.conf."""
+    return {**(conf or {}), **(user_conf or {}), **(env_file or {})}
 
 
 def wait_for_files(pattern, count, timeout):
@@ -188,9 +209,12 @@ def main():
     env_file = read_settings(config["nccl_env_file"]) if config["nccl_env_file"] else {}
     found["nccl_env_file_found"] = env_file is not None
     found["conf"] = conf
-    # NCCL reads nccl.conf only for what the environment does not set.
-    found["job"] = dict(conf or {}, **(env_file or {}))
-    found["network"] = detect_network(config, node)
+    user_path = user_conf_path(dict(os.environ, **({"NCCL_CONF_FILE": env_file["NCCL_CONF_FILE"]}
+                                                   if (env_file or {}).get("NCCL_CONF_FILE") else {})))
+    user_conf = read_settings(user_path) if user_path else None
+    found["user_conf"] = {"path": user_path, "settings": user_conf} if user_conf is not None else None
+    found["job"] = job_settings(conf, user_conf, env_file)
+    found["network"] = detect_network(config, node, (found["gpu"] or {}).get("nccl") or "")
     interface, address = nccl_env.nccl_env_socket_interface(found["job"], found["network"])
     # The interface as `ip addr` names it, and the setting as nccl.conf spells it (=eth0).
     found["interface"] = interface or ""

@@ -12,6 +12,10 @@ when a test sets it (a torch that sees fewer GPUs than the job got).
 The GPUs are not real, so training must run on CPU: the stand-in sets TRAIN_BACKEND=gloo (the
 explicit backend examples/train_ddp.py and the all-reduce check obey) for the processes it
 starts in; the GPU check still judges the GPUs it reports.
+
+Where a test puts a recorded NCCL log at the node's NCCL_LOG (NCCL's INFO lines), a process
+whose NCCL_DEBUG_FILE is set gets them written there, as NCCL would write them, once
+torch.distributed.init_process_group returns: the network NCCL "used" is the recorded one.
 """
 import importlib.abc
 import importlib.util
@@ -21,6 +25,7 @@ import re
 import sys
 
 MARKER = "/etc/local-cluster/standin-gpus.json"
+NCCL_LOG = "/etc/local-cluster/standin-nccl.log"
 
 
 def _config():
@@ -48,6 +53,18 @@ def _patch(torch, config):
     import torch.cuda.nccl
     nccl = tuple(int(part) for part in config["nccl"].split("."))
     torch.cuda.nccl.version = lambda: nccl
+    import torch.distributed
+    init = torch.distributed.init_process_group
+
+    def init_and_log(*args, **kwargs):
+        result = init(*args, **kwargs)
+        target = os.environ.get("NCCL_DEBUG_FILE")
+        if target and os.path.exists(NCCL_LOG):
+            with open(NCCL_LOG) as recorded, open(target.replace("%h", os.uname().nodename)
+                                                   .replace("%p", str(os.getpid())), "a") as log:
+                log.write(recorded.read())
+        return result
+    torch.distributed.init_process_group = init_and_log
 
 
 class _AfterTorch(importlib.abc.MetaPathFinder):

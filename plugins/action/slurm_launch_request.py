@@ -1,0 +1,538 @@
+# -*- coding: utf-8 -*-
+"""Action plugin: check a launch's request and put its job together, on the controller, in one task.
+
+Everything a launch checks before it writes or submits anything, in the order a user fixes it,
+and the job script rendered: what were six tasks of asserts and set_facts, each a round of
+Ansible's task machinery (about 0.1 s), is one pass in Python here. The rules are request_checks'
+(beside it) and the filters' (node_health, sweep, script_path, shell_words, and the cluster role's
+train_job), loaded from their files, so the launch, the preflight, the job templates and the
+Python API share one copy of each.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: slurm_launch_request
+short_description: Check a launch's request and put its job together, on the controller
+description:
+  - Refuses the C(-e) keys a launch does not know (as M(slurm_launch_extra_vars) does).
+  - Checks the request in the order a user fixes it and fails with the first problem found,
+    naming the value and what would be right. First the names given as text, where to run (a
+    node list, or a node group and a count, or a job id to follow), the counts and the node
+    group. With O(render), also the values that reach the job script (paths, names, time
+    limit, env, directives, a sweep), the training script on the controller, and the job's
+    nodes against the inventory (names, node group, counts, whether the request fits them).
+  - With O(render), puts the job together (the cluster role's C(train_job) values) and renders
+    its files: the job script from C(train.sbatch.j2), the GPU check C(gpu_check.py), and a
+    sweep's table. The run's and the code's directories and, unless given, the partition are
+    placeholders there, which the slurm_job module fills in as it stages the job.
+  - Returns its findings, for the task to register (RV(job), RV(job_files), RV(node_plan), ...): not
+    as facts, which a fact cache would keep and a set_fact of the same name would hide. Runs on the
+    controller, changes nothing, and runs the same in check mode.
+version_added: "0.1.0"
+author: ansible-slurm-train
+options:
+  request:
+    description:
+      - The role's values, by their short C(-e) names (C(nodes), C(group), C(script), ...); every
+        key of the role's request is required (see the role's C(vars/main.yml)).
+    type: dict
+    required: true
+  render:
+    description:
+      - Check the job's values, script and nodes as well, put the job together and render its
+        files (a launch). Without it, only the request's shape is checked (the preflight's).
+    type: bool
+    default: true
+  slurm_conf:
+    description: The C(SLURM_CONF) that Slurm's commands on the submit host read; empty for their default.
+    type: str
+    default: ""
+  defaults_file:
+    description: The role's C(defaults/main.yml): its aliases are known C(-e) keys.
+    type: path
+    required: true
+  argument_specs_file:
+    description: The role's C(meta/argument_specs.yml): its main entry point's options are known C(-e) keys.
+    type: path
+    required: true
+  validate_entry_point:
+    description:
+      - An entry point of O(argument_specs_file) whose options are checked against the task's
+        variables first, as Ansible checks a role's before its tasks (the same rules and message).
+      - For a play that imports the role with C(rolespec_validate=false) (C(launch.yml)): the
+        check is then part of this task, not a task of its own. Empty checks none.
+    type: str
+    default: ""
+"""
+
+EXAMPLES = r"""
+- name: Check the request and put the job together.
+  slurm_launch_request:
+    defaults_file: "{{ role_path }}/defaults/main.yml"
+    argument_specs_file: "{{ role_path }}/meta/argument_specs.yml"
+    # launch.yml imports the role with rolespec_validate: false; its arguments are checked here.
+    validate_entry_point: main
+    slurm_conf: "{{ cluster_slurm_conf }}"
+    request:
+      nodes: "{{ slurm_launch_nodes }}"
+      group: "{{ slurm_launch_group }}"
+      # ... every value of the role's request (vars/main.yml's _slurm_launch_request)
+  register: _slurm_launch_checked
+"""
+
+RETURN = r"""
+environment:
+  description: The environment of Slurm's commands on the submit host (C(SLURM_CONF) when set).
+  returned: success
+  type: dict
+following:
+  description: Whether the request follows a job already submitted (C(job_id)).
+  returned: success
+  type: bool
+script:
+  description: The training script's absolute path on the controller ('.' and '..' resolved).
+  returned: success
+  type: str
+code_dir:
+  description: The directory staged with it.
+  returned: success
+  type: str
+job_name:
+  description: The job's name (the script's name unless given).
+  returned: success
+  type: str
+placeholders:
+  description: The words that stand for the run's and code's directories and the partition in RV(job).
+  returned: success
+  type: dict
+node_plan:
+  description: The job's nodes from the inventory (node_health.py's node_inventory_plan), with its partition.
+  returned: with render, unless following
+  type: dict
+job:
+  description: The job's values (train_job's).
+  returned: with render, unless following
+  type: dict
+job_files:
+  description: The files the staging run writes into the run's directory, each name, content and mode.
+  returned: with render, unless following
+  type: list
+  elements: dict
+run_request:
+  description:
+    - What the job trains, which a run of its name records when taken (job_dir's O(request)) and a
+      later launch must match to resume it (RUN_REQUEST_KEYS, the script relative to the code).
+  returned: with render, unless following
+  type: dict
+"""
+
+import json
+import os
+import secrets
+import stat
+import string
+from collections.abc import Mapping
+from pathlib import Path
+
+from ansible import context
+from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.parsing.splitter import parse_kv
+from ansible.plugins.action import ActionBase
+from ansible.utils.vars import load_extra_vars
+
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as _extra_vars
+from ansible_collections.hpc.slurm_train.plugins.filter import node_health as _nodes
+from ansible_collections.hpc.slurm_train.plugins.filter import train_job as _train_job
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import request_checks as _checks
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _sweep
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.script_path import script_path as _script_path
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.shell_words import shell_words as _shell_words
+
+# Every value of a request, by its short -e name; the task passes each (vars/main.yml's _slurm_launch_request:
+# the key KEY is the variable ROLE_PREFIX + KEY).
+ROLE_PREFIX = "slurm_launch_"
+REQUEST_KEYS = (
+    "nodes", "group", "script", "script_args", "job_name", "code_dir", "partition", "account", "num_nodes",
+    "gpus_per_node", "cpus_per_task", "nproc_per_node", "omp_num_threads", "master_port", "job_id",
+    "follow_timeout", "log_tail_lines", "jobs_dir", "time_limit", "warning_signal", "warning_seconds",
+    "max_restarts", "extra_directives", "env", "cuda_home", "replace_ld_library_path", "conda_root", "conda_env",
+    "venv", "nccl_env_dir", "rendezvous", "sweep", "sweep_parallel", "env_from",
+)
+# The values given that reach the job script, checked by train_job's rules before anything else is
+# (the Python API checks the same keys of its arguments: slurm_train/_rules.py).
+GIVEN_KEYS = ("jobs_dir", "account", "time_limit", "extra_directives", "env", "cuda_home", "conda_root",
+              "conda_env", "venv", "nccl_env_dir", "rendezvous", "script", "script_args")
+ARGUMENT_SPEC = {
+    "request": {"type": "dict", "required": True},
+    "render": {"type": "bool", "default": True},
+    "slurm_conf": {"type": "str", "default": ""},
+    "defaults_file": {"type": "path", "required": True},
+    "argument_specs_file": {"type": "path", "required": True},
+    "validate_entry_point": {"type": "str", "default": ""},
+}
+# The values given with -e that reach the job script are taken as the text given, not templated:
+# a value "a{#c#}b" is that, and no caller of the Python API runs a lookup on the controller.
+VERBATIM_KEYS = (*GIVEN_KEYS, "sweep")
+# A variable whose name has one of these words (split at '_') holds a secret, which -e on the command
+# line would show to every user of the controller (/proc/*/cmdline).
+SECRET_NAME_WORDS = frozenset(("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "APIKEY", "CREDENTIAL",
+                               "CREDENTIALS", "AUTH", "COOKIE", "PAT"))
+SECRET_SOURCES = ("put it in a file only you can read (chmod 600 secrets.yml; -e @secrets.yml) or export it on the "
+                  "controller and name it (-e env_from=NAME)")
+JOB_TEMPLATE = "train.sbatch.j2"
+# Written into the run's directory; the job runs it on every node before a GPU job trains.
+GPU_CHECK = "gpu_check.py"
+PLACEHOLDER_CHARS = string.ascii_lowercase + string.digits
+
+
+def _length(value):
+    return len(value) if isinstance(value, (str, list, tuple, Mapping)) else 0
+
+
+def placeholders(word):
+    """Words that stand for the run's and the staged code's directories and the partition in the
+    job as rendered here, before the NAS and Slurm are looked at; the slurm_job module fills them in
+    as it checks the nodes and stages the job. Random for each launch, so that no value of a request
+    holds one by chance."""
+    return {"run_dir": f"/run-dir-{word}", "code_dir": f"/code-dir-{word}", "partition": f"partition-{word}"}
+
+
+def derived(request):
+    """What the request's names make: the script's absolute path, the code's directory, the job's
+    name. A script that is no text makes none (the shape check names it)."""
+    script = request["script"] if isinstance(request["script"], str) else None
+    try:
+        script_file = _script_path(script) if script is not None else ""
+        code_dir = _script_path(request["code_dir"] or (os.path.dirname(script_file) if script else ""))
+    except AnsibleError as exc:
+        raise AnsibleActionFail(str(exc)) from None
+    job_name = request["job_name"] or (os.path.splitext(os.path.basename(script))[0] if script else "")
+    return script_file, code_dir, job_name
+
+
+def shape_problem(request, groups, following):
+    """The first problem of the request's shape, in this order: names that are no text (the
+    argument specs turn a number given in JSON into text for their check only; the variables stay
+    numbers, which the later checks could not read as names), where to run, the counts, the node
+    group. '' when there is none."""
+    text = _checks.text_problems([
+        {"key": "nodes", "value": request["nodes"], "hint": " or a list of node names", "list_ok": True},
+        {"key": "group", "value": request["group"]},
+        {"key": "script", "value": request["script"]},
+        {"key": "job_name", "value": request["job_name"]},
+        {"key": "partition", "value": request["partition"]},
+        {"key": "account", "value": request["account"]},
+    ])
+    if text:
+        return " ".join(text)
+    nodes, group = request["nodes"], request["group"]
+    if not (following or ((_length(nodes) > 0) != (_length(group) > 0))):
+        return ("Say where to run: either a node list (-e nodes=node110,node111 or -e 'nodes=node[110-111]') "
+                "or a node group and a count (-e group=gpu_A6000 -e num_nodes=2), not both "
+                f"(got nodes={nodes} group={group}); or -e job_id=N to follow a job already submitted.")
+    counts = _checks.count_problems([
+        {"key": "num_nodes", "value": request["num_nodes"], "min": 1 if group and not following else 0,
+         "hint": " (with group, how many of its nodes)"},
+        {"key": "gpus_per_node", "value": request["gpus_per_node"], "min": 0, "hint": " (0 = all GPUs of the node)"},
+        {"key": "cpus_per_task", "value": request["cpus_per_task"], "min": 0, "hint": " (0 = all CPUs of the node)"},
+        {"key": "nproc_per_node", "value": request["nproc_per_node"], "min": 0, "hint": " (0 = one per GPU)"},
+        {"key": "master_port", "value": request["master_port"], "min": 0, "max": 65535,
+         "hint": " (0 = a port free on the first node as the job starts)"},
+        {"key": "job_id", "value": request["job_id"], "min": 0},
+        {"key": "slurm_launch_follow_timeout", "value": request["follow_timeout"], "min": 0,
+         "hint": " (0 = until the job ends)"},
+        {"key": "slurm_launch_log_tail_lines", "value": request["log_tail_lines"], "min": 0},
+    ])
+    if counts:
+        return " ".join(counts)
+    compute = set(groups.get("compute") or [])
+    if group and not (groups.get(group) and set(groups[group]) <= compute):
+        compute_groups = sorted(name for name, members in groups.items()
+                                if name not in ("all", "ungrouped") and members and set(members) <= compute)
+        return (f"group={group} must be a group of compute nodes in the inventory "
+                f"(groups of compute nodes: {', '.join(compute_groups)}).")
+    return ""
+
+
+def job_problem(request, script_file, script_args, job_name, plan, host):
+    """The first problem of what reaches the job script, the training script and the nodes, in the
+    order a user fixes them: the values that land in the job script (the rules of train_job, which
+    checks the job it puts together again), the training script (on the controller: the launch
+    stages it, and its directory, onto the NAS), the nodes against the inventory. '' when none."""
+    given = {key: request[key] for key in GIVEN_KEYS}
+    given.update(script=script_file, script_args=script_args, job_name=job_name)
+    if request["partition"]:
+        given["partition"] = request["partition"]
+    values = (_train_job.value_problems(given)
+              + _sweep.sweep_problems(request["sweep"], request["sweep_parallel"], script_args))
+    if values:
+        return "; ".join(values) + "."
+    if not (request["script"] and os.path.isfile(script_file)):
+        if not request["script"]:
+            return ("Say what to run: -e script=path/to/train.py (a path on the controller, where ansible-playbook "
+                    "runs; the launch copies its directory to the NAS).")
+        what = " is a directory" if os.path.isdir(script_file) else " does not exist (or is not a file)"
+        return (f"The training script {script_file}{what} on {host} (a path on the controller, where "
+                "ansible-playbook runs; the launch copies its directory to the NAS).")
+    return plan["problem"]
+
+
+def _plain(value):
+    """A -e value as plain data (text, numbers, lists, mappings), without Ansible's trust to template it."""
+    return json.loads(json.dumps(value))
+
+
+def verbatim_values(request, given, aliases, task_vars):
+    """``request`` with each VERBATIM_KEYS value that the -e values (``given``, as loaded, untemplated)
+    supply replaced by that value as given. The long name given wins, as in Ansible; an alias only
+    where the long name is still the role's default that reads it (a value the play sets itself, as
+    the preflight sets its own script_args, is left as it is)."""
+    request = dict(request)
+    for key in VERBATIM_KEYS:
+        long_name = ROLE_PREFIX + key
+        if long_name in given:
+            name = long_name
+        elif key in aliases and key in given and _extra_vars.ALIAS_RE.search(str(task_vars.get(long_name, ""))):
+            name = key
+        else:
+            continue
+        try:
+            request[key] = _plain(given[name])
+        except (TypeError, ValueError):
+            continue  # not plain data: the templated value stands
+    return request
+
+
+def secret_names(env):
+    return sorted(name for name in env if isinstance(name, str) and SECRET_NAME_WORDS & set(name.upper().split("_")))
+
+
+def command_line_secret_problem(items, load_file, load_text):
+    """The first -e of ``items`` (ansible-playbook's -e arguments as typed) that puts a job's env
+    where others can read it: a file that sets env readable by its group or others, or a value of
+    a secret's name (secret_names) given on the command line itself. '' when there is none."""
+    for item in items:
+        if item.startswith("@"):
+            path = item[1:]
+            data = load_file(path)
+            if not (isinstance(data, Mapping) and (data.get("env") or data.get(ROLE_PREFIX + "env"))):
+                continue
+            try:
+                mode = stat.S_IMODE(os.stat(path).st_mode)
+            except OSError as error:
+                return f"-e @{path}: {error.strerror}"
+            if mode & 0o077:
+                return (f"-e @{path} sets slurm_launch_env and is readable by others (mode {mode:04o}): its values "
+                        f"may be secrets; chmod 600 {path} first")
+            continue
+        data = load_text(item)
+        env = data.get(ROLE_PREFIX + "env") if isinstance(data, Mapping) else None
+        names = secret_names(env) if isinstance(env, Mapping) else []
+        if names:
+            return (f"slurm_launch_env {', '.join(names)} given on the command line: every user of this machine can "
+                    f"read a command line (/proc/*/cmdline) while the launch runs; {SECRET_SOURCES}")
+    return ""
+
+
+def _load_inline(loader, text):
+    """An -e argument's values as ansible-playbook reads them (YAML/JSON, or key=value words)."""
+    text = text.strip()
+    if text[:1] in ("{", "["):
+        return loader.load(text)
+    return parse_kv(text)
+
+
+def env_from_environment(request, environ):
+    """(request with env_from's variables of ``environ`` added to its env, problem): each name given
+    must be set on the controller and not be in env too."""
+    names = request["env_from"]
+    if isinstance(names, str):
+        names = [name.strip() for name in names.split(",") if name.strip()]
+    if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+        return request, (f"env_from={names!r} is not allowed: give names of variables of the controller's environment, "
+                         "e.g. -e env_from=HF_TOKEN or -e '{\"env_from\": [\"HF_TOKEN\", \"WANDB_API_KEY\"]}'")
+    env = dict(request["env"]) if isinstance(request["env"], Mapping) else request["env"]
+    if not names:
+        return request, ""
+    if not isinstance(env, dict):
+        return request, ""  # value_problems names it
+    for name in names:
+        if name in env:
+            return request, f"env_from={name} is not allowed: slurm_launch_env sets {name} too; give it once"
+        if name not in environ:
+            return request, (f"env_from={name}: the controller's environment has no {name} (export {name}=... "
+                             "before ansible-playbook)")
+        env[name] = environ[name]
+    return {**request, "env": env}, ""
+def script_in_code(script_file, code_dir):
+    """The script's path relative to the code's directory, links resolved: where it is staged."""
+    return os.path.relpath(os.path.realpath(script_file), os.path.realpath(code_dir))
+
+
+# What makes two launches of one job name the same training: a run is resumed only by its own.
+# Not the time limit, restarts or node names: a run resumed after its time limit or a node failure
+# may be given more time or other nodes of the same shape.
+RUN_REQUEST_KEYS = ("script_args", "sweep", "num_nodes", "nproc_per_node", "gpus_per_node")
+
+
+def run_request(job, script_file, code_dir):
+    """The run's request (RUN_REQUEST_KEYS of the job, its script and its env's names; the
+    staging adds the code's hash): values only a launch sets, never the env's values (tokens)."""
+    return {"script": script_in_code(script_file, code_dir), "env_names": sorted(job["env"]),
+            **{key: job[key] for key in RUN_REQUEST_KEYS}}
+
+
+def put_together(request, script_file, script_args, code_dir, job_name, plan, marks):
+    """The job's values (train_job's); its script is where the slurm_job action stages it: relative to
+    the code's directory, links resolved."""
+    script = f"{marks['code_dir']}/{script_in_code(script_file, code_dir)}"
+    return _train_job.train_job({
+        "job_name": job_name,
+        "job_dir": marks["run_dir"],
+        "end_marker": f"{marks['run_dir']}/.%j.ended",
+        "account": request["account"],
+        "partition": plan["partition"],
+        "num_nodes": plan["num_nodes"],
+        "nodelist": "" if request["group"] else plan["hostlist"],
+        "gpus_per_node": _nodes._as_int(request["gpus_per_node"]) or plan["node_gpus"],
+        "cpus_per_task": _nodes._as_int(request["cpus_per_task"]) or plan["node_cpus"],
+        "nproc_per_node": request["nproc_per_node"],
+        "omp_num_threads": request["omp_num_threads"],
+        "time_limit": request["time_limit"],
+        "warning_signal": request["warning_signal"],
+        "warning_seconds": request["warning_seconds"],
+        "max_restarts": request["max_restarts"],
+        "extra_directives": request["extra_directives"],
+        "cuda_home": request["cuda_home"],
+        "replace_ld_library_path": boolean(request["replace_ld_library_path"], strict=False),
+        "conda_root": request["conda_root"],
+        "conda_env": request["conda_env"],
+        "venv": request["venv"],
+        "nccl_env_dir": request["nccl_env_dir"],
+        "node_group": plan["node_group"],
+        "env": request["env"],
+        "rendezvous": request["rendezvous"],
+        "master_port": request["master_port"],
+        "script": script,
+        "script_args": script_args,
+        "sweep": _sweep.sweep_points(request["sweep"]),
+        "sweep_parallel": request["sweep_parallel"],
+        # GPU_CHECK, written into the run's directory by the staging run.
+        "gpu_check": f"{marks['run_dir']}/{GPU_CHECK}",
+    })
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        task_vars = task_vars or {}
+        missing = [key for key in REQUEST_KEYS if key not in args["request"]]
+        if missing:
+            raise AnsibleActionFail(f"slurm_launch_request: the request lacks {', '.join(missing)}")
+        request = args["request"]
+        result["changed"] = False
+
+        if args["validate_entry_point"]:
+            errors = self.role_argument_errors(args["argument_specs_file"], args["validate_entry_point"], request,
+                                               task_vars)
+            if errors:
+                # Ansible's own words for a role's arguments (its validate_argument_spec action's).
+                return {**result, "failed": True, "argument_errors": errors,
+                        "msg": "Validation of arguments failed:\n" + "\n".join(errors)}
+
+        unknown = _extra_vars.check_extra_vars(self._loader, args["defaults_file"], args["argument_specs_file"],
+                                               _extra_vars.DEFAULT_PREFIXES, task_vars)["msg"]
+        if unknown:
+            return {**result, "failed": True, "msg": unknown}
+
+        problem = command_line_secret_problem(
+            context.CLIARGS.get("extra_vars", ()), self._loader.load_from_file,
+            lambda text: _load_inline(self._loader, text))
+        if problem:
+            return {**result, "failed": True, "msg": problem}
+        request = verbatim_values(request, load_extra_vars(self._loader),
+                                  _extra_vars.aliases_of(Path(args["defaults_file"]).read_text(encoding="utf-8")),
+                                  task_vars)
+        request, problem = env_from_environment(request, os.environ)
+        if problem:
+            return {**result, "failed": True, "msg": problem}
+        following = _nodes._as_int(request["job_id"]) > 0
+        script_file, code_dir, job_name = derived(request)
+        marks = placeholders("".join(secrets.choice(PLACEHOLDER_CHARS) for _ in range(20)))
+        found = {
+            "environment": {"SLURM_CONF": args["slurm_conf"]} if args["slurm_conf"] else {},
+            "following": following,
+            "script": script_file,
+            "code_dir": code_dir,
+            "job_name": job_name,
+            "placeholders": marks,
+        }
+        groups = task_vars.get("groups") or {}
+        problem = shape_problem(request, groups, following)
+        if problem:
+            return {**result, "failed": True, "msg": problem}
+        if not args["render"] or following:
+            return {**result, **found}
+
+        try:
+            plan = _nodes.node_inventory_plan(
+                request["nodes"] if _length(request["nodes"]) else groups.get(request["group"]) or [],
+                task_vars["hostvars"], groups,
+                {**{key: request[key] for key in ("group", "partition", "num_nodes", "gpus_per_node",
+                                                  "cpus_per_task", "nproc_per_node")},
+                 "nccl_env": bool(request["nccl_env_dir"])})
+            plan["partition"] = request["partition"] or marks["partition"]
+            # As a shell would split them; split once, for the checks and the job.
+            script_args = _shell_words(request["script_args"])
+            problem = job_problem(request, script_file, script_args, job_name, plan,
+                                  task_vars.get("inventory_hostname"))
+            if problem:
+                return {**result, "failed": True, "msg": problem}
+            job = put_together(request, script_file, script_args, code_dir, job_name, plan, marks)
+        except AnsibleError as exc:  # the filters' refusals: script_args that split into no words, ...
+            return {**result, "failed": True, "msg": str(exc.message)}
+        return {**result, **found, "node_plan": plan, "job": job, "job_files": self.job_files(job, task_vars),
+                "run_request": run_request(job, script_file, code_dir)}
+
+    def role_argument_errors(self, argument_specs_file, entry_point, request, task_vars):
+        """The role's variables against the options of its argument specs' entry point, as Ansible
+        checks them before a role's tasks (validate_argument_spec's rules); the errors. The request's
+        values are its slurm_launch_<key> variables, templated already (vars/main.yml); the others are
+        templated here."""
+        # Read only: the loader's cached parse (the -e keys' check reads it too), not a deep copy.
+        specs = self._loader.load_from_file(argument_specs_file, unsafe=True) or {}
+        try:
+            options = specs["argument_specs"][entry_point]["options"]
+        except (KeyError, TypeError):
+            raise AnsibleActionFail(f"{argument_specs_file} has no argument_specs.{entry_point}.options") from None
+        given = {f"{ROLE_PREFIX}{key}": value for key, value in request.items()}
+        values = {name: given[name] for name in options if name in given}
+        values.update(self._templar.template({name: task_vars[name] for name in options
+                                              if name in task_vars and name not in given}))
+        return ArgumentSpecValidator(options).validate(values, validate_role_argument_spec=True).error_messages
+
+    def job_files(self, job, task_vars):
+        """The job script (only the user reads it when it carries slurm_launch_env values: they may be
+        tokens), the GPU check, and a sweep's table (each array task reads its arguments from the
+        script; the table is for people and tools)."""
+        # Ansible's template lookup, as a task's lookup('template') renders (its ansible_managed,
+        # trim_blocks), given only the search path: it copies every variable it is given.
+        lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
+                                                           templar=self._templar)
+        script = lookup.run([JOB_TEMPLATE], variables={"ansible_search_path": task_vars.get("ansible_search_path", [])},
+                            template_vars={"job": job})[0]
+        files = [{"name": f"{job['job_name']}.sbatch", "content": script, "mode": "0600" if job["env"] else "0644"},
+                 {"name": GPU_CHECK, "content": Path(self._find_needle("files", GPU_CHECK)).read_text(encoding="utf-8"),
+                  "mode": "0644"}]
+        if job["sweep"]:
+            files.append({"name": _sweep.TABLE_NAME, "content": _sweep.sweep_table(job["sweep"]), "mode": "0644"})
+        return files
