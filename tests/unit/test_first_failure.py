@@ -2,8 +2,8 @@
 recorded on the local cluster (tests/unit/fixtures/logs/: 4 ranks on node110 and node111 with the
 job script's "[rank<N>@<node>] " prefix) and on variants made from them."""
 
-import cluster_rules
 import pytest
+from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules
 
 from conftest import FIXTURES_DIR
 

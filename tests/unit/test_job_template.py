@@ -13,10 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-import cluster_rules
 import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "templates" / "train.sbatch.j2"
