@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from cluster import REPO
+from cluster import REPO, eventually
 from launch import unique_job_name
 
 if str(REPO) not in sys.path:
@@ -118,25 +118,39 @@ def test_a_line_the_training_writes_is_shown_by_the_launch_within_5_s(cluster, t
 def test_the_api_gets_the_lines_as_they_come_for_no_more_slurm_queries_than_a_quiet_follow(cluster, tmp_path):
     script = tmp_path / "code" / "timestamped_lines.py"
     script.parent.mkdir()
-    script.write_text(TIMESTAMPED_LINES.replace("LINES", str(LINES)))
-    arrived = []
-    live = slurm_train.launch(script=str(script), nodes="node110", nproc_per_node=1,
-                              job_name=unique_job_name("live-api"), slurm_launch_outputs_dir=str(tmp_path / "outputs"),
-                              on_progress=lambda line: arrived.append((time.time(), line)))
+    script.write_text("import time\ntime.sleep(5)\n" + TIMESTAMPED_LINES.replace("LINES", str(LINES)))
+    job = slurm_train.launch(script=str(script), nodes="node110", nproc_per_node=1, wait=False,
+                             job_name=unique_job_name("live-api"), slurm_launch_outputs_dir=str(tmp_path))
+    try:
+        assert eventually(lambda: "JobState=RUNNING" in cluster.slurm(
+            "scontrol", "show", "job", "-o", str(job.job_id), check=False).stdout, 120)
+        # Two followers of the one running job from the same moment: logs() with live lines, and
+        # one module run to the job's end (slurm_launch_logs_every=0, no slices): what Slurm is
+        # asked without live lines. The slices that end for new lines ask it nothing.
+        arrived, followed = [], {}
+
+        def follow(key, **extra):
+            followed[key] = slurm_train.logs(job.job_id, **extra)
+
+        threads = [threading.Thread(target=follow, args=("live",), kwargs={
+                       "on_line": lambda line: arrived.append((time.time(), line))}),
+                   threading.Thread(target=follow, args=("quiet",), kwargs={"slurm_launch_logs_every": 0})]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(180)
+    finally:
+        cluster.slurm("scancel", str(job.job_id), check=False)
+    assert set(followed) == {"live", "quiet"} and followed["live"].state == "COMPLETED", followed
     delays = {}
     for at, line in arrived:
-        match = re.search(r"\| \[rank0@node110\] live line (\d+) written at ([\d.]+)$", line)
+        match = re.search(r"^\[rank0@node110\] live line (\d+) written at ([\d.]+)$", line)
         if match:
             delays.setdefault(int(match.group(1)), at - float(match.group(2)))
     assert sorted(delays) == list(range(LINES)) and max(delays.values()) < 5, (delays, arrived)
-    # The same job followed in one module run, no slices (progress_every=0): what Slurm is asked
-    # without live lines. The slices that end for new lines ask it nothing.
-    quiet = slurm_train.launch(script=str(script), nodes="node110", nproc_per_node=1,
-                               job_name=unique_job_name("quiet-api"), slurm_launch_outputs_dir=str(tmp_path / "outputs"),
-                               slurm_launch_progress_every=0)
-    assert live.succeeded and quiet.succeeded
-    print(f"Slurm commands while following: live {live.result['queries']}, quiet {quiet.result['queries']}")
-    assert live.result["queries"] <= quiet.result["queries"], (live.result["queries"], quiet.result["queries"])
+    live, quiet = followed["live"].result["queries"], followed["quiet"].result["queries"]
+    print(f"Slurm commands while following: live {live}, quiet {quiet}")
+    assert live <= quiet, (live, quiet)
 
 
 def test_jobs_logs_shows_each_new_line_within_5_s(cluster, tmp_path):
