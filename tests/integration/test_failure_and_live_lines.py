@@ -123,7 +123,7 @@ def test_the_api_gets_the_lines_as_they_come_for_no_more_slurm_queries_than_a_qu
                              job_name=unique_job_name("live-api"), slurm_launch_outputs_dir=str(tmp_path))
     try:
         assert eventually(lambda: "JobState=RUNNING" in cluster.slurm(
-            "scontrol", "show", "job", "-o", str(job.job_id), check=False).stdout, 120)
+            "scontrol", "show", "job", "-o", str(job.job_id), check=False).stdout, 300)
         # Two followers of the one running job from the same moment: logs() with live lines, and
         # one module run to the job's end (slurm_launch_logs_every=0, no slices): what Slurm is
         # asked without live lines. The slices that end for new lines ask it nothing.
