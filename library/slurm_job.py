@@ -204,8 +204,9 @@ options:
     description:
       - While following, show the job's progress at least this often, in seconds, in the
         playbook's output as it happens, and at once on each change of state (PENDING with its
-        reason, RUNNING on which nodes, requeued, final), with up to 5 new lines of the job's
-        log. V(0) shows nothing until the task ends.
+        reason, RUNNING on which nodes, requeued, final), with the new lines of the job's log,
+        which come as the job writes them (see O(progress_log_every)). V(0) shows nothing until
+        the task ends.
       - Done by the project's C(slurm_job) action plugin (C(plugins/action/slurm_job.py)),
         which follows the job in slices; Slurm is not asked more often for it.
     type: int
@@ -215,7 +216,16 @@ options:
       - At most this many new lines of the job's log per slice of progress (and the first slice's
         tail); older new lines of a slice are left out. Also bounded by O(log_tail_lines).
     type: int
-    default: 5
+    default: 20
+  progress_log_every:
+    description:
+      - With O(return_on_change), a slice also ends once the job's log has grown and at least
+        this many seconds have passed since the slice began, so that its new lines are shown
+        within moments of the job writing them. The log is read on the host the module runs on
+        (a file open every 0.5 s); Slurm is not asked for it, the next look stays as planned.
+        V(0) shows new lines only at the slice's end.
+    type: float
+    default: 2
   return_on_change:
     description:
       - While following, return as soon as the job's state or restart count changes (or at
@@ -525,7 +535,7 @@ progress:
            "log_lines": ["[rank0] step=10 loss=0.42"]}
   contains:
     log_lines:
-      description: Complete lines added to the job's output since the previous slice (at most 5, the newest).
+      description: Complete lines added to the job's output since the previous slice (at most O(progress_log_lines), the newest).
       type: list
       elements: str
     log_offset:
@@ -534,6 +544,9 @@ progress:
     log_path:
       description: The output those lines and the offset are of (an array's changes with the task shown).
       type: str
+    log_size:
+      description: The output's size as this slice read it; the next slice ends once it differs (O(progress_log_every)).
+      type: int
     tasks_done:
       description: For a job array, how many of its tasks were final; null otherwise.
       type: int
@@ -724,7 +737,8 @@ ARGUMENT_SPEC = {
     "controller_timeout": {"type": "int", "default": 600},
     "return_on_change": {"type": "bool", "default": False},
     "progress_every": {"type": "int", "default": 30},
-    "progress_log_lines": {"type": "int", "default": 5},
+    "progress_log_lines": {"type": "int", "default": 20},
+    "progress_log_every": {"type": "float", "default": 2},
     "progress_from": {"type": "dict"},
     "private_output": {"type": "bool", "default": False},
     "secret_env": {"type": "list", "elements": "str", "default": []},
@@ -784,6 +798,8 @@ CONTROLLER_RETRY_MAX_DELAY = 15.0
 RUN_RECORD_KEYS = ("job_id", "state", "exit_code", "restarts")
 # After the marker, Slurm is asked this many times at that pace before the regular schedule.
 MARKER_QUICK_POLLS = 10
+# Seconds between looks at a followed log's size, once a slice may end for its new lines.
+LOG_CHECK_INTERVAL = 0.5
 # The most that the files of a finished job (collect_files) add to the module's answer; a larger
 # file is left for the controller to fetch.
 COLLECT_INLINE_MAX_BYTES = 8 * 1024 * 1024
@@ -924,6 +940,21 @@ def read_new_lines(path, offset, lines, opener=open_log):
     last = max(body.rfind(b"\n"), body.rfind(b"\r"))
     complete = data[head:last + 1] if last >= head else b""
     return _lines(complete)[-lines:], start - cut + head + len(complete)
+
+
+def log_size(path, opener=open_log):
+    """The size of the log, opened with ``opener`` (a file open and fstat, no controller RPC);
+    None when it cannot be read."""
+    if not path:
+        return None
+    try:
+        fd = opener(path)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def refuse_open(path):
@@ -1335,6 +1366,12 @@ class SlurmJobRunner:
             job = seen = self.find_job_patiently(job_id)
             schedule.observe(change_key(job))
             look_at, watch_log = self.plan_look(schedule, marker, job)
+        # A slice may end early for new lines of the log, read here between the looks at Slurm.
+        opener, log_every = self.opener(), self.params["progress_log_every"] if self.params["return_on_change"] else 0
+        log_path = (seen or {}).get("stdout_path")
+        log_seen = ((progress or {}).get("log_size") if (progress or {}).get("log_path") == log_path
+                    else log_size(log_path, opener))
+        next_log_check = time.monotonic() + log_every if log_every > 0 and log_path else None
         while job is None or not job_state(job["state"]).final:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -1345,7 +1382,14 @@ class SlurmJobRunner:
                 time.sleep(MARKER_CHECK_INTERVAL if remaining is None else min(MARKER_CHECK_INTERVAL, remaining))
             else:
                 wait = max(0.0, look_at - time.monotonic())
+                if next_log_check is not None:
+                    wait = min(wait, max(0.0, next_log_check - time.monotonic()))
                 woke = marker.wait(wait if remaining is None else min(wait, remaining), also=watch_log)
+                if not woke and next_log_check is not None and time.monotonic() >= next_log_check:
+                    size = log_size(log_path, opener)
+                    if size is not None and size != log_seen:
+                        break  # its new lines are shown now; Slurm is asked at the look planned
+                    next_log_check = time.monotonic() + LOG_CHECK_INTERVAL
                 if (self.params["return_on_change"] and not woke
                         and time.monotonic() < look_at - MARKER_CHECK_INTERVAL):
                     continue  # the slice is up before the next look is due: a later slice makes it
@@ -1364,6 +1408,8 @@ class SlurmJobRunner:
         if self.params["return_on_change"]:
             # An array's log is that of the task shown, which changes: another file starts with its tail.
             same_log = (progress or {}).get("log_path") == job["stdout_path"]
+            # Measured before the read: what is written after it ends the next slice.
+            size = log_size(job["stdout_path"], self.opener())
             lines, offset = read_new_lines(job["stdout_path"], progress["log_offset"] if progress and same_log else None,
                                            min(self.params["progress_log_lines"], self.params["log_tail_lines"]),
                                            self.opener())
@@ -1371,7 +1417,7 @@ class SlurmJobRunner:
                 "state": job["state"], "restarts": job["restarts"], "tasks_done": job.get("tasks_done"),
                 "next_poll": schedule.next_interval, "next_look_at": look_at, "watch_log": watch_log,
                 "marker": marker.seen, "marker_quick_polls": marker.quick_polls_left,
-                "log_path": job["stdout_path"], "log_offset": offset, "log_lines": lines,
+                "log_path": job["stdout_path"], "log_offset": offset, "log_lines": lines, "log_size": size,
                 "job": {key: job.get(key) for key in JOB_RECORD_KEYS}, "owner": self.owner,
             }
         return info
@@ -1639,6 +1685,8 @@ def validate(module):
         return f"timeout must be 0 (no limit) or a number of seconds, got {params['timeout']}"
     if params["controller_timeout"] < 0:
         return f"controller_timeout must be 0 or more seconds, got {params['controller_timeout']}"
+    if params["progress_log_every"] < 0:
+        return f"progress_log_every must be 0 (off) or more seconds, got {params['progress_log_every']}"
     if params["progress_log_lines"] < 0:
         return f"progress_log_lines must not be negative, got {params['progress_log_lines']}"
     if params["log_tail_lines"] < 0:

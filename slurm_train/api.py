@@ -26,11 +26,15 @@ class LaunchError(RuntimeError):
 
 class JobFailed(LaunchError):
     """The job ran and did not succeed; its outputs were collected. ``result`` is its JobResult,
-    the message the playbook's own ("job N (name) ended FAILED, exit code 1; ...")."""
+    the message the playbook's own ("job N (name) ended FAILED, exit code 1; ...", then the
+    exception). ``failure`` is the first failed rank's exception as job.json has it: a dict of
+    ``rank``, ``node``, ``type``, ``message`` and ``traceback`` (its last frames, a list of
+    lines), or None when the log names none (a job killed, a node failure)."""
 
     def __init__(self, message, result):
         super().__init__(message, result.job_id)
         self.result = result
+        self.failure = result.failure
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,11 @@ class JobResult:
     run_line: str | None = None
     job: dict = field(default_factory=dict, compare=False)
     result: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def failure(self):
+        """The first failed rank's exception (job.json's ``failure``): see JobFailed.failure."""
+        return self.job.get("failure")
 
     @property
     def succeeded(self):

@@ -135,24 +135,30 @@ def _print_table(rows):
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
 
 
+def _show(line):
+    """A progress or log line, out at once: through a pipe (| tee, a pipeline's log) Python's
+    stdout would hold it until its buffer fills."""
+    print(line, flush=True)
+
+
 def _run(args, script_args):
     where = {"inventory": args.inventory, "user": args.user}
     if args.command == "launch":
         given = _given(args, {"command", "inventory", "user", "script"})
         if script_args is not None:
             given["script_args"] = script_args
-        result = api.launch(args.script, **where, on_progress=print, **given)
+        result = api.launch(args.script, **where, on_progress=_show, **given)
         print(result.summary or f"job {result.job_id} ({result.name}): {result.state}")
     elif args.command == "jobs":
         _print_table(api.jobs(args.all, **where))
     elif args.command == "logs":
-        result = api.logs(args.job_id, on_line=print, **where)
+        result = api.logs(args.job_id, on_line=_show, **where)
         print(f"job {result.job_id} ({result.name}): {result.state}", file=sys.stderr)
     elif args.command == "cancel":
         result = api.cancel(args.job_id, **where)
         print(result.summary or f"job {result.job_id} ({result.name}): {result.state}")
     elif args.command == "preflight":
-        for line in api.preflight(**where, on_line=print, **_given(args, {"command", "inventory", "user"})):
+        for line in api.preflight(**where, on_line=_show, **_given(args, {"command", "inventory", "user"})):
             print(line)
 
 

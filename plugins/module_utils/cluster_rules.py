@@ -177,3 +177,81 @@ def visible(text):
     if text is None:
         return None
     return _CONTROL_RE.sub(lambda match: f"\\x{ord(match.group()):02x}", str(text))
+
+
+# ---------------------------------------------------------------------------
+# A failed job's first exception, from its log
+# ---------------------------------------------------------------------------
+
+# The job script has torchrun put "[rank<N>@<node>] " before each line of a worker (its
+# TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE); torch.distributed adds its own "[rank<N>]: " to the lines
+# of an exception raised after init_process_group.
+RANK_LINE_RE = re.compile(r"^\[rank(\d+)@([A-Za-z0-9._-]+)\] (?:\[rank\d+\]: )?(.*)$")
+# The last frames of the traceback that a failure keeps (the user's code is usually the last).
+FAILURE_FRAMES = 4
+_EXCEPTION_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)(?:: (.*))?$")
+_CHAINED = ("During handling of the above exception, another exception occurred:",
+            "The above exception was the direct cause of the following exception:")
+# torchrun's agent stopped by a signal (srun ending the step after another node failed, a
+# cancel, the time limit): a consequence, never the cause.
+_STOPPED = "torch.distributed.elastic.multiprocessing.api.SignalException"
+
+
+def rank_line(line):
+    """(rank, node, text) of a worker's line of the log; (None, None, line) of any other line."""
+    match = RANK_LINE_RE.match(line)
+    if match is None:
+        return None, None, line
+    return int(match.group(1)), match.group(2), match.group(3)
+
+
+def first_failure(lines, frames=FAILURE_FRAMES):
+    """The Python exception of the rank that failed first, from a job's log lines:
+    {"rank", "node", "type", "message", "traceback"} (its last ``frames`` frames: each frame's
+    ``File ...`` line and the source line under it), or None when no traceback ended in one.
+
+    Each rank's lines are read apart from the others' (ranks' tracebacks interleave line by line);
+    the first is the rank whose exception line comes first in the log, shown with the last
+    exception of that chain ("During handling of the above exception..."). Lines without a rank
+    prefix (torchrun, srun, a job from before the prefix) are one more writer, read the same way
+    with rank and node None, and only in a log where no line has a rank: where ranks wrote,
+    torchrun's own tracebacks are what followed their failure. A torchrun stopped by a signal
+    (_STOPPED) is never the failure."""
+    writers = {}
+    for index, line in enumerate(lines):
+        rank, node, text = rank_line(line)
+        writer = writers.setdefault((rank, node), {"state": "idle", "frames": [], "at": None})
+        state, stripped = writer["state"], text.strip()
+        if state == "done":
+            continue  # only a writer's first failure counts
+        if state in ("idle", "chained") and (text.startswith("Traceback (most recent call last):")
+                                             or text.startswith('  File "')):
+            # A traceback; one that begins with its frame is a SyntaxError's.
+            writer.update(state="frames", frames=[[stripped]] if text.startswith("  ") else [])
+        elif state == "frames":
+            if text.startswith("  "):
+                if stripped.startswith('File "'):
+                    writer["frames"].append([stripped])
+                elif writer["frames"] and len(writer["frames"][-1]) == 1 and stripped.strip("^~ "):
+                    writer["frames"][-1].append(stripped)  # its source line (not 3.11's ^^^ markers)
+                continue
+            match = _EXCEPTION_RE.match(text)
+            if match and match.group(1) == _STOPPED:
+                writer.update(state="idle", frames=[])
+            elif match and writer["frames"]:  # other lines (a print of the rank between) are passed over
+                writer.update(state="raised", type=match.group(1), message=match.group(2) or "",
+                              traceback=[part for frame in writer["frames"][-frames:] for part in frame])
+                writer["at"] = index if writer["at"] is None else writer["at"]
+        elif state == "raised":
+            if stripped in _CHAINED:
+                writer["state"] = "chained"
+            elif stripped:
+                writer["state"] = "done"
+    ranked = any(rank is not None for rank, _ in writers)
+    raised = [(key, writer) for key, writer in writers.items()
+              if writer["at"] is not None and (key[0] is not None or not ranked)]
+    if not raised:
+        return None
+    (rank, node), writer = min(raised, key=lambda item: item[1]["at"])
+    return {"rank": rank, "node": node, "type": writer["type"], "message": writer["message"],
+            "traceback": writer["traceback"]}

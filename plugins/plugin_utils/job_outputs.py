@@ -37,7 +37,7 @@ from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _s
 # What job.json keeps of the job.
 RECORD_KEYS = ("job_id", "name", "user", "partition", "state", "outcome", "exit_code", "exit_signal", "reason",
                "nodes", "elapsed_seconds", "restarts", "stdout_path", "stderr_path", "log_tail", "failed_nodes",
-               "code", "run", "run_line", "request_differences", "points")
+               "code", "run", "run_line", "request_differences", "points", "failure")
 # What the ``collect`` option says, besides the job itself (the slurm_job result).
 COLLECT_SPEC = {
     # Where outputs/<name>-<id>/ go on the controller.
@@ -73,6 +73,28 @@ def failed_nodes(job):
     return ", ".join(f"{name} ({state})" for name, state in _slurm_utils.unusable_nodes(states).items())
 
 
+def job_failure(job):
+    """The first failed rank's exception in a job that did not succeed (cluster_rules.first_failure),
+    read from its collected log (its end, when it was cut), else from the module's log tail; None
+    when the log names none (a job killed, a shell error, a log not readable here)."""
+    if job.get("outcome") == "succeeded":
+        return None
+    data = (job.get("collected_files") or {}).get(job.get("stdout_path"))
+    if data:
+        lines = [_rules.visible(line) for line in base64.b64decode(data).decode("utf-8", "replace").splitlines()]
+    else:
+        lines = job.get("log_tail") or []  # made visible by the module
+    return _rules.first_failure(lines)
+
+
+def failure_lines(failure):
+    """The failure as a person reads it: who raised what, then the last frames."""
+    where = "a process" if failure["rank"] is None else f"rank {failure['rank']} on {failure['node']}"
+    message = f": {failure['message']}" if failure["message"] else ""
+    return [f"{where} raised {failure['type']}{message}"] + [
+        f"  {line}" if line.startswith('File "') else f"    {line}" for line in failure["traceback"]]
+
+
 def report(job, staged, points, outputs):
     """(job.json's record, summary.txt's lines, the sweep's report) of a finished job."""
     staged = staged or {}
@@ -82,8 +104,9 @@ def report(job, staged, points, outputs):
     failed = failed_nodes(job)
     code = staged.get("code")
     run_line = _runs.run_line(staged, job)
+    failure = job_failure(job)
     record = {**job, "failed_nodes": failed, "code": code, "run": _rules.run_of_path(job.get("stdout_path")),
-              "run_line": run_line}
+              "run_line": run_line, "failure": failure}
     if staged.get("request_differences"):
         record["request_differences"] = staged["request_differences"]
     if tasks:
@@ -111,6 +134,10 @@ def report(job, staged, points, outputs):
         rows.append(("left out", f"{_rules.visible(path)}: {why}"))
     if failed:
         rows.append(("failed", failed))
+    if failure:
+        why = failure_lines(failure)
+        rows.append(("failure", why[0]))
+        rows.extend(("", line) for line in why[1:])
     if tasks:
         rows.append(("points", f"{job.get('tasks_done')} of {job.get('tasks_total')} final, "
                                f"{job.get('tasks_total', 0) - len(sweep['failed'])} completed"))
@@ -134,14 +161,16 @@ def report_line(job, staged, check_mode):
             f"Follow it with: ansible-playbook launch.yml -e job_id={job.get('job_id')}")
 
 
-def failure_message(job, sweep, failed, outputs):
-    """The task's message for a job that did not succeed."""
+def failure_message(job, sweep, failed, outputs, failure=None):
+    """The task's message for a job that did not succeed: the first failed rank's exception
+    (``failure``, job_failure's) before the log's last lines."""
     reason = f", reason {_rules.visible(job['reason'])}" if job.get("reason") else ""
     nodes = f"; failed nodes: {failed}" if failed else ""
     points = ("points that did not complete: " + "; ".join(sweep["failed"]) + "\n") if job.get("tasks") else ""
     # The module made the log's lines visible; the name and path are the job's too.
+    why = "".join(f"{line}\n" for line in failure_lines(failure)) if failure else ""
     return (f"job {job.get('job_id')} ({_rules.visible(job.get('name'))}) ended {job.get('state')}, exit code "
-            f"{job.get('exit_code')}{reason}{nodes}; outputs in {outputs}\n{points}last lines of "
+            f"{job.get('exit_code')}{reason}{nodes}; outputs in {outputs}\n{why}{points}last lines of "
             f"{_rules.visible(job.get('stdout_path'))}:\n" + "\n".join(job.get("log_tail") or []))
 
 
@@ -239,6 +268,6 @@ def collect(action, job, options, staged, task_vars, display=None):
             display.display(line)
     failure = None
     if job.get("outcome") != "succeeded" and not options.get("cancelled"):
-        failure = failure_message(job, sweep, record["failed_nodes"], outputs)
+        failure = failure_message(job, sweep, record["failed_nodes"], outputs, record.get("failure"))
     return {"changed": changed, "dest": outputs, "fetched": fetched, "not_fetched": missing,
             "written": sorted(files), "summary": lines}, failure

@@ -9,6 +9,7 @@ side (two at a time) to keep the file short; the carried-exactly row submits one
 import json
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -238,9 +239,10 @@ def test_arguments_path_and_env_reach_the_training_exactly(cluster, tmp_path):
         folder, job = outputs_of(tmp_path / "outputs", name)
         assert (job["state"], job["exit_code"]) == ("COMPLETED", 0)
         log = (folder / f"{name}-{job['job_id']}.out").read_text()
-        lines = [line for line in log.splitlines() if line.startswith("ARGV_JSON ")]
+        # The job script puts the rank and node before each line of the training.
+        lines = re.findall(r"^\[rank0@node11[01]\] ARGV_JSON (.*)$", log, re.M)
         assert len(lines) == 1, log
-        seen = json.loads(lines[0].removeprefix("ARGV_JSON "))
+        seen = json.loads(lines[0])
         staged = f"{job_dir}/code/{job['code']['hash']}/{script.name}"
         assert seen == {"script": staged, "args": EXPECTED_ARGS, "env": ENV_VALUE}
         # What the launch and the job wrote is the user's (alice's on the NAS, the controller's

@@ -54,7 +54,7 @@ def test_jobs_lists_follows_a_log_refuses_bobs_cancel_and_cancels(cluster, tmp_p
     # The nodes resolve each other's names and addresses as a site does: torch's store has no
     # "[W... socket.cpp] hostname of the client socket cannot be retrieved" to log.
     log = (next(Path(tmp_path).glob(f"{done_name}-*")) / f"{done_name}-{done_id}.out").read_text()
-    assert not [line for line in log.splitlines() if line.startswith("[W")], log
+    assert not [line for line in log.splitlines() if re.sub(r"^\[rank\d+@\S+\] ", "", line).startswith("[W")], log
     running = launch(tmp_path, *request(long_name, "node110", "--steps 600 --step-sleep 0.5 --log-every 1"), "wait=false")
     assert running.returncode == 0, running.stdout + running.stderr
     running_id = submitted_job_id(running.stdout)
@@ -89,7 +89,7 @@ def test_jobs_lists_follows_a_log_refuses_bobs_cancel_and_cancels(cluster, tmp_p
                 line = lines.get(timeout=5)
             except queue.Empty:
                 continue
-            match = re.match(rf"\s+{running_id} \| \[rank0\] step=(\d+) ", line)
+            match = re.match(rf"\s+{running_id} \| \[rank0@node110\] \[rank0\] step=(\d+) ", line)
             if match:
                 steps.append(int(match.group(1)))
         assert steps and steps[-1] > before + 4, f"no live log lines of job {running_id} after step {before}: {steps}"

@@ -26,8 +26,9 @@ def test_static_rendezvous_job_trains_four_ranks_and_collects_its_outputs(cluste
     log = (folder / f"{name}-{job['job_id']}.out").read_text()
     assert "[rank0] world_size=4 backend=gloo" in log
     assert "[rank0] allreduce_check sum=6 expected=6 ok" in log
-    assert sorted(line.split()[3] for line in log.splitlines() if " local_rank=" in line) == \
-        ["host=node110", "host=node110", "host=node111", "host=node111"]
+    # Each rank's line says its host, and the job script's prefix says the same node.
+    hosts = re.findall(r"^\[rank\d+@(\S+)\] .* local_rank=\d+ host=(\S+)", log, re.M)
+    assert sorted(hosts) == [("node110", "node110")] * 2 + [("node111", "node111")] * 2, log
     assert "[rank0] training complete steps=6" in log
     # What provision.yml put on the NAS is what the job ran with.
     # The env's versioned prefix that <envs>/magicdrivedit linked to when the job started.

@@ -107,7 +107,7 @@ def test_jobs_logs_and_cancel_of_a_job_launched_without_waiting(cluster, tmp_pat
             except queue.Empty:
                 continue
             assert not line.startswith(f"  {job_id} |"), "on_line gets the log's own line, without the prefix"
-            match = re.match(r"\[rank0\] step=(\d+) ", line)
+            match = re.search(r"\[rank0\] step=(\d+) ", line)
             if match:
                 steps.append(int(match.group(1)))
         assert steps and steps[-1] > before + 4, f"no live log lines of job {job_id} after step {before}: {steps}"

@@ -177,8 +177,10 @@ def test_a_good_request_runs_launch_yml_with_the_values_as_extra_vars(monkeypatc
 def test_a_job_that_ran_and_failed_raises_job_failed_with_its_collected_result(monkeypatch, tmp_path):
     outputs = tmp_path / "train_ddp-9"
     outputs.mkdir()
+    failure = {"rank": 1, "node": "node111", "type": "ValueError", "message": "bad batch",
+               "traceback": ['File "/nas/code/train.py", line 9, in step', "raise ValueError('bad batch')"]}
     job = {"job_id": 9, "name": "train_ddp", "state": "FAILED", "exit_code": 1, "outcome": "failed",
-           "run_line": "fresh run 1"}
+           "run_line": "fresh run 1", "failure": failure}
     (outputs / "job.json").write_text(json.dumps(job))
     (outputs / "summary.txt").write_text("job        9 (train_ddp)\n")
 
@@ -199,6 +201,7 @@ def test_a_job_that_ran_and_failed_raises_job_failed_with_its_collected_result(m
     assert (result.job_id, result.state, result.exit_code, result.outcome) == (9, "FAILED", 1, "failed")
     assert (result.outputs, result.job, result.run_line) == (outputs, job, "fresh run 1")
     assert result.summary == "job        9 (train_ddp)" and not result.succeeded
+    assert raised.value.failure == result.failure == failure, "job.json's exception, as written"
 
 
 def test_jobs_rows_are_the_tables_rows():

@@ -62,7 +62,7 @@ def test_launch_passes_what_was_typed_to_the_api(monkeypatch, capsys):
     assert code == 0
     script, kwargs = calls[0]
     on_progress = kwargs.pop("on_progress")
-    assert script == TRAINER and on_progress is print
+    assert script == TRAINER and on_progress is cli._show
     assert kwargs == {"inventory": "inv", "user": None, "nodes": "node[110-111]", "nproc_per_node": 2,
                       "wait": False, "sweep": {"lr": [0.1, 0.01]}, "script_args": ["--lr", "0.1", "--", "x"]}
     assert capsys.readouterr().out == "job 7 (train_ddp) COMPLETED\n"
@@ -107,3 +107,50 @@ def test_the_package_and_the_collection_have_one_version():
     project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
     assert project["version"] == galaxy["version"]
     assert project["scripts"]["slurm-train"] == "slurm_train.cli:main"
+
+
+class Piped:
+    """stdout as a pipe: what was written, and what of it was flushed."""
+
+    def __init__(self):
+        self.written, self.flushed = "", ""
+
+    def write(self, text):
+        self.written += text
+
+    def flush(self):
+        self.flushed = self.written
+
+
+def test_each_progress_and_log_line_is_flushed_as_it_comes(monkeypatch):
+    out = Piped()
+    monkeypatch.setattr("sys.stdout", out)
+    seen_flushed = []
+
+    def logs(job_id, on_line=None, **kwargs):
+        for line in ("  5 | [rank0@node110] step 1", "  5 | [rank0@node110] step 2"):
+            on_line(line)
+            seen_flushed.append(out.flushed)
+        return api.JobResult(job_id=5, name="t", state="COMPLETED", exit_code=0, outcome="succeeded", final=True)
+
+    monkeypatch.setattr(api, "logs", logs)
+    assert cli.main(["logs", "5"]) == 0
+    assert seen_flushed == ["  5 | [rank0@node110] step 1\n",
+                            "  5 | [rank0@node110] step 1\n  5 | [rank0@node110] step 2\n"]
+
+
+def test_a_failed_job_prints_its_summary_and_the_exception(monkeypatch, capsys):
+    raised = "rank 1 on node111 raised ValueError: bad batch"
+    result = api.JobResult(job_id=9, name="t", state="FAILED", exit_code=1, outcome="failed", final=True,
+                           summary=f"job        9 (t)\nfailure    {raised}",
+                           job={"failure": {"rank": 1, "node": "node111", "type": "ValueError", "message": "bad batch",
+                                            "traceback": []}})
+
+    def launch(script, **kwargs):
+        raise api.JobFailed(f"job 9 (t) ended FAILED, exit code 1; outputs in o\n{raised}\nlast lines of l:", result)
+
+    monkeypatch.setattr(api, "launch", launch)
+    assert cli.main(["launch", TRAINER, "--nodes", "node110"]) == 1
+    shown = capsys.readouterr()
+    assert f"failure    {raised}" in shown.out.splitlines()
+    assert shown.err.splitlines()[1] == raised

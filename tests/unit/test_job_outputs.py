@@ -194,3 +194,42 @@ def test_a_job_not_final_yet_and_check_modes_prediction_are_one_line_each(nas):
                                                "partition": "gpu"}}
     assert job_outputs.report_line(predicted, STAGED, True) == (
         "Slurm would start the job at 2026-12-06T03:00:00 on node110,node111 in partition gpu")
+
+
+RECORDED_LOGS = PROJECT_ROOT / "tests" / "unit" / "fixtures" / "logs"
+
+
+def test_a_failed_job_says_which_rank_raised_what_in_its_record_summary_and_message(tmp_path, nas):
+    # A real log of the local cluster (4 ranks on 2 nodes): rank 1 raised, the others then failed in all_reduce.
+    log = (RECORDED_LOGS / "raise-on-rank-1.out").read_bytes()
+    (nas / "train-7.out").write_bytes(log)
+    job = finished(nas, state="FAILED", outcome="failed", exit_code=1, reason="NonZeroExitCode",
+                   log_tail=["training step finished with exit code 1"],
+                   collected_files={str(nas / "train-7.out"): base64.b64encode(log).decode()})
+    collected, failure, _, shown = collect(tmp_path, job)
+    outputs = tmp_path / "outputs" / "train-7"
+    record = json.loads((outputs / "job.json").read_text())
+    assert {key: record["failure"][key] for key in ("rank", "node", "type", "message")} == {
+        "rank": 1, "node": "node110", "type": "ValueError", "message": "bad batch at step 3: 31 rows, expected 32"}
+    raised = "rank 1 on node110 raised ValueError: bad batch at step 3: 31 rows, expected 32"
+    assert f"failure    {raised}" in shown.lines
+    assert '    raise ValueError(f"bad batch at step {step}: {batch} rows, expected 32")' in "\n".join(shown.lines)
+    assert failure.splitlines()[1] == raised, "the exception comes before the log's last lines"
+    assert failure.splitlines()[-1] == "training step finished with exit code 1"
+
+
+def test_without_the_collected_log_the_failure_is_read_from_the_log_tail(tmp_path, nas):
+    tail = (RECORDED_LOGS / "missing-import.out").read_text().splitlines()[-40:]
+    job = finished(nas, state="FAILED", outcome="failed", exit_code=1, log_tail=tail)
+    _, failure, _, _ = collect(tmp_path, job)
+    assert "rank 0 on node110 raised ModuleNotFoundError: No module named 'numpy_not_installed_here'" in failure
+
+
+def test_a_succeeded_job_and_a_log_without_a_traceback_have_no_failure(tmp_path, nas):
+    assert job_outputs.job_failure(finished(nas, log_tail=["Traceback (most recent call last):", '  File "x.py", '
+                                                           "line 1, in <module>", "ValueError: printed, not raised"])) is None
+    killed = finished(nas, state="FAILED", outcome="failed", exit_code=137,
+                      log_tail=["step=5", "srun: error: node111: task 1: Killed"])
+    _, failure, _, shown = collect(tmp_path, killed)
+    assert json.loads((tmp_path / "outputs" / "train-7" / "job.json").read_text())["failure"] is None
+    assert not [line for line in shown.lines if line.startswith("failure")] and " raised " not in failure

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "templates" / "train.sbatch.j2"
@@ -422,13 +423,17 @@ def test_torchrun_ends_without_tearing_torch_down_and_keeps_the_workers_exit_cod
         "    atexit.register(lambda: open(os.environ['TEARDOWN_RECORD'], 'w').close())\n"
         "    print('wrapper output, unflushed', end='')\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "TEARDOWN_RECORD": str(tmp_path / "torn-down"),
-           "TRAINING_FAILURE_RECORD": str(tmp_path / ".9.failure"), "SLURM_NODEID": "0"}
+           "TRAINING_FAILURE_RECORD": str(tmp_path / ".9.failure"), "SLURM_NODEID": "0",
+           "SLURMD_NODENAME": "node7", "TMPDIR": str(tmp_path / "scratch")}
+    (tmp_path / "scratch").mkdir()
     proc = subprocess.run(
         [sys.executable, "-c", wrapper, "--nnodes=1", "--nproc-per-node=1", "--master-addr=127.0.0.1",
          f"--master-port={29500 + os.getpid() % 1000 + worker_exit}", str(tmp_path / "train.py")],
         env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == worker_exit, proc.stderr[-2000:]
-    assert "training complete" in proc.stdout and "wrapper output, unflushed" in proc.stdout
+    assert "[rank0@node7] training complete\n" in proc.stdout and "wrapper output, unflushed" in proc.stdout
+    assert cluster_rules.rank_line("[rank0@node7] training complete") == (0, "node7", "training complete")
+    assert not list((tmp_path / "scratch").iterdir()), "the workers' teed files were removed"
     assert not (tmp_path / "torn-down").exists(), "the interpreter's teardown was skipped"
     recorded = list(tmp_path.glob(".9.failure.*"))
     assert [path.read_text().split()[1] for path in recorded] == ([] if worker_exit == 0 else [str(worker_exit)])

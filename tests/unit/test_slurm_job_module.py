@@ -782,11 +782,11 @@ def test_the_outage_reported_is_how_long_the_controller_did_not_answer(slurm_cli
     assert outcome.result["controller_outage_seconds"] == pytest.approx(round(sum(clock.sleeps[1:]), 1))
 
 
-def test_a_slice_shows_at_most_the_five_newest_log_lines(slurm_cli, clock, tmp_path, job_output):
+def test_a_slice_shows_at_most_the_newest_progress_log_lines(slurm_cli, clock, tmp_path, job_output):
     (tmp_path / "train-ddp-1234.out").write_text("".join(f"step {n}\n" for n in range(12)))
     slurm_cli.answer(SCONTROL, out=job_output("running", run_dir=str(tmp_path)))
     slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(tmp_path)))
-    result = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60}).result
+    result = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60, "progress_log_lines": 5}).result
     assert result["progress"]["log_lines"] == ["step 7", "step 8", "step 9", "step 10", "step 11"]
     assert result["log_tail"][-1] == "step 11" and len(result["log_tail"]) == 12
 
@@ -1340,3 +1340,59 @@ def test_nodes_slurm_refuses_fail_the_task_before_anything_is_made(slurm_cli, cl
     assert outcome.failed is True and outcome.result["msg"].startswith(problem), outcome.result["msg"]
     assert list((tmp_path / "jobs").iterdir()) == [], "nothing is made for nodes Slurm refuses"
     assert slurm_cli.argvs == [SINFO]
+
+
+def following_a_running_job_with_a_log(slurm_cli, clock, tmp_path, job_output, written_at, text, **args):
+    """A first slice of a running job (its end marker watched: Slurm asked again 60 s on), then a
+    second slice from it while ``text`` is appended to its log ``written_at`` seconds into it."""
+    log = tmp_path / "train-ddp-1234.out"
+    log.write_text("step 0\n")
+    slurm_cli.answer(SCONTROL, out=job_output("running", run_dir=str(tmp_path)))
+    common = {"job_id": 1234, "return_on_change": True, "end_marker": str(tmp_path / ".%j.ended"), **args}
+    first = run_module({**common, "timeout": 30}).result
+    assert first["progress"]["log_lines"] == ["step 0"] and first["progress"]["log_size"] == 7
+    started, real_sleep = clock.now, clock.sleep
+    clock.sleeps.clear()
+
+    def sleep(seconds):
+        if clock.now >= started + written_at and log.stat().st_size == 7:
+            with log.open("a") as handle:
+                handle.write(text)
+        real_sleep(seconds)
+
+    clock.sleep = sleep
+    second = run_module({**common, "timeout": 25, "progress_from": first["progress"]}).result
+    return first, second, clock.now - started
+
+
+def test_a_slice_ends_for_new_log_lines_within_moments_without_asking_slurm(slurm_cli, clock, tmp_path, job_output):
+    first, second, lasted = following_a_running_job_with_a_log(slurm_cli, clock, tmp_path, job_output, 5, "step 1\n")
+    assert second["progress"]["log_lines"] == ["step 1"]
+    assert 5 <= lasted <= 5 + slurm_job.LOG_CHECK_INTERVAL + 0.1, "the line was shown as it came, not at 25 s"
+    assert (second["queries"], second["timed_out"], second["state"]) == (0, False, "RUNNING")
+    assert second["progress"]["next_look_at"] == first["progress"]["next_look_at"], "the look at Slurm stays as planned"
+
+
+def test_a_slice_waits_progress_log_every_before_it_ends_for_new_lines(slurm_cli, clock, tmp_path, job_output):
+    _, second, lasted = following_a_running_job_with_a_log(slurm_cli, clock, tmp_path, job_output, 0.2, "step 1\n",
+                                                           progress_log_every=3)
+    assert second["progress"]["log_lines"] == ["step 1"] and 3 <= lasted < 3.2
+
+
+def test_with_progress_log_every_0_new_lines_wait_for_the_slices_end(slurm_cli, clock, tmp_path, job_output):
+    _, second, lasted = following_a_running_job_with_a_log(slurm_cli, clock, tmp_path, job_output, 5, "step 1\n",
+                                                           progress_log_every=0)
+    assert second["progress"]["log_lines"] == ["step 1"] and lasted == pytest.approx(25)
+
+
+def test_a_half_written_line_ends_one_slice_not_every_one(slurm_cli, clock, tmp_path, job_output):
+    _, second, lasted = following_a_running_job_with_a_log(slurm_cli, clock, tmp_path, job_output, 5, "step 1 of")
+    assert second["progress"]["log_lines"] == [] and lasted < 6
+    third = run_module({"job_id": 1234, "return_on_change": True, "end_marker": str(tmp_path / ".%j.ended"),
+                        "timeout": 10, "progress_from": second["progress"]}).result
+    assert (third["progress"]["log_lines"], third["timed_out"], third["queries"]) == ([], True, 0)
+
+
+def test_progress_log_every_may_not_be_negative(slurm_cli, clock):
+    assert run_module({"state": "query", "job_id": 1234, "progress_log_every": -1}).result["msg"] == (
+        "progress_log_every must be 0 (off) or more seconds, got -1.0")
