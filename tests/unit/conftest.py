@@ -12,17 +12,12 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def init_plugin_loader():
-    """As ansible-playbook starts: the collection loader, through which hpc.slurm_train and
-    ansible.builtin.* resolve (once per test session; Ansible warns when it is set up twice)."""
+    """Ansible's plugin loader, set up as ansible-playbook sets it up (by tests/conftest.py, once
+    per session: Ansible warns when it is set up twice), through which hpc.slurm_train and
+    ansible.builtin.* resolve."""
     from ansible.plugins import loader
 
-    if not getattr(init_plugin_loader, "done", False):
-        loader.init_plugin_loader()
-        init_plugin_loader.done = True
     return loader
-
-
-init_plugin_loader()
 
 
 @pytest.fixture
