@@ -47,7 +47,8 @@ class JobResult:
     ``outputs`` is the outputs/<name>-<id>/ folder the playbook wrote (job.json, summary.txt, the
     log and script), ``summary`` its summary.txt, ``run_line`` which run of the job name it was,
     ``job`` the whole job.json: all four None (``job`` empty) where nothing was collected (a
-    launch with wait=False, a log followed). ``result`` is the slurm_job module's own result.
+    launch with wait=False, a log followed). ``result`` is the slurm_job task's result (of a failed
+    task, its message and the job's keys only: the slurm_job action's FAILURE_KEYS).
     """
 
     job_id: int | None

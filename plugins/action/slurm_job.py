@@ -41,6 +41,24 @@ from ansible_collections.hpc.slurm_train.plugins.plugin_utils import job_outputs
 # Arguments that only the submission needs; later slices follow the job by its id.
 SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage", "nodes")
 
+# What a failed task's result keeps: the message (and Ansible's own words of a module that did not
+# answer), what became of the job, where its outputs went (collected's dest and written, which
+# slurm_train's API reads). The callback prints a failed result whole, and the rest is this
+# action's protocol with the module (the run's placeholders, the poll state, the staging's
+# details): a person would read it in place of the sentence. -v keeps it all, for whoever debugs
+# the launch.
+FAILURE_KEYS = ("failed", "changed", "msg", "exception", "warnings", "deprecations", "module_stdout", "module_stderr",
+                "job_id", "name", "state", "exit_code", "outcome", "final")
+
+
+def failure_result(result):
+    """A failed result cut down to FAILURE_KEYS that have a value (no job: no job_id, state, ...),
+    and collected's dest and written."""
+    kept = {key: result[key] for key in FAILURE_KEYS if result.get(key) is not None}
+    if result.get("collected"):
+        kept["collected"] = {key: result["collected"][key] for key in ("dest", "written") if key in result["collected"]}
+    return kept
+
 
 def describe(result):
     """One line for a person: the job, its state, and what goes with that state."""
@@ -76,6 +94,10 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
 
     def run(self, tmp=None, task_vars=None):
+        result = self.outcome(tmp, task_vars)
+        return failure_result(result) if result.get("failed") and display.verbosity < 1 else result
+
+    def outcome(self, tmp, task_vars):
         super().run(tmp, task_vars)
         args = dict(self._task.args)
         collect = args.pop("collect", None)
@@ -87,6 +109,8 @@ class ActionModule(ActionBase):
         staged = result.get("staged") or {}
         if staged.get("missing_files") and (self._task.args.get("stage") or {}).get("expect_files_message"):
             result.update(failed=True, msg=self._task.args["stage"]["expect_files_message"])
+            # Ansible's error line says the task's message, not the module's it replaced.
+            result.pop("exception", None)
             return result
         if collect is None:
             return result
@@ -102,6 +126,7 @@ class ActionModule(ActionBase):
         if failure is not None:
             # The job's own failure, now with its outputs and log tail; the module's message said less.
             result.update(failed=True, msg=failure)
+            result.pop("exception", None)
         elif not (result.get("failed") and result.get("outcome") == "succeeded"):
             # A job cancelled as asked; a succeeded job fails the task only for the module's own reasons
             # (its run record could not be written).

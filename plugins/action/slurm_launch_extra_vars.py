@@ -62,7 +62,12 @@ unknown:
 """
 
 import difflib
+import json
+import re
+import shlex
 
+from ansible import context
+from ansible.parsing.splitter import parse_kv, split_args
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
@@ -97,18 +102,54 @@ def unknown_keys_message(unknown, aliases, options, prefixes, prefixed=()):
     )
 
 
+KEY_VALUE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+QUOTING = "-e '{\"KEY\": \"a b\"}' or -e \"KEY='a b'\""
+
+
+def loose_words_message(texts):
+    """The message for the -e texts (ansible-playbook's, as given) whose key=value parsing left words
+    with no key (Ansible's ``_raw_params``): a value with spaces given unquoted, as in
+    ``-e "script_args=--steps 2"``, which Ansible reads as script_args=--steps and a stray "2"."""
+    for text in texts:
+        if text.startswith(("@", "{", "[")) or "_raw_params" not in parse_kv(text):
+            continue
+        key, words = None, []
+        for token in split_args(text):
+            if KEY_VALUE_RE.match(token):
+                if words:
+                    break
+                key = token.split("=", 1)[0]
+            elif key is None:
+                return f"-e {shlex.quote(text)}: {token!r} is not KEY=VALUE. Quote a value with spaces: {QUOTING}."
+            else:
+                words.append(token)
+        got = parse_kv(text)[key]
+        value = " ".join([got, *words])
+        how = f"-e {shlex.quote(json.dumps({key: value}))}"
+        if not re.search(r"[\\'\"$`]", value):
+            how += f" or -e \"{key}='{value}'\""
+        return (f"-e {shlex.quote(text)}: Ansible splits an -e value at spaces, so {key} got only {got!r} and "
+                f"{' '.join(words)!r} has no key. Quote a value with spaces: {how}.")
+    return f"An -e value has words with no key (Ansible splits -e KEY=VALUE at spaces): quote it, {QUOTING}."
+
+
 def check_extra_vars(loader, prefixes, task_vars):
     """The -e keys given to ansible-playbook against the launch's parameters: aliases, known
-    (sorted), given (sorted), unknown, and msg (unknown_keys_message; '' when none is unknown). The
+    (sorted), given (sorted), unknown, and msg (loose_words_message for an unquoted value with
+    spaces, unknown_keys_message; '' when none is unknown). The
     task's variables are the prefixed names only suggested. This action's and the
     slurm_launch_request action's one check."""
     aliases, options = list(launch_params.ALIASES), set(launch_params.NAMES)
     given = sorted(load_extra_vars(loader))
     unknown = unknown_keys(given, aliases, options, prefixes)
     msg = ""
-    if unknown:
+    named = [key for key in unknown if key != "_raw_params"]
+    if len(named) < len(unknown):
+        # Not a key anyone typed: what Ansible made of an unquoted value with spaces.
+        msg = loose_words_message(context.CLIARGS.get("extra_vars") or ())
+    if named:
         prefixed = [name for name in task_vars if name.startswith(prefixes) and name not in given]
-        msg = unknown_keys_message(unknown, aliases, options, prefixes, prefixed)
+        msg = " ".join(filter(None, [msg, unknown_keys_message(named, aliases, options, prefixes, prefixed)]))
     return {"aliases": aliases, "known": sorted(options | set(aliases)), "given": given, "unknown": unknown,
             "msg": msg}
 

@@ -110,9 +110,10 @@ def explain_module_failure(action, result, task_vars):
     _, problem = probe_problem(action, task_vars)
     if not problem:
         return result
-    # The module's own output is the old Python's refusal of it: the problem says what it means.
-    return {key: value for key, value in result.items() if key not in ("module_stdout", "module_stderr")} | {
-        "msg": problem}
+    # The module's own output is the old Python's refusal of it: the problem says what it means. Ansible
+    # prints the captured error (exception) as the task's error line: it goes too, for the problem's.
+    return {key: value for key, value in result.items()
+            if key not in ("module_stdout", "module_stderr", "exception")} | {"msg": problem}
 
 
 class ActionModule(ActionBase):

@@ -70,14 +70,18 @@ def node_inventory_plan(nodes, hostvars, groups, request):
     node_cpus = min((_as_int(nodes_vars[name].get("cluster_node_cpus", 1)) for name in names), default=0)
     plan.update(num_nodes=num_nodes, node_gpus=node_gpus, node_cpus=node_cpus)
     gpus, cpus, nproc = (_as_int(request.get(key)) for key in ("gpus_per_node", "cpus_per_task", "nproc_per_node"))
-    if not (num_nodes <= len(names) and gpus <= node_gpus and cpus <= node_cpus and nproc <= (cpus or node_cpus)):
-        procs = (f", nproc_per_node={nproc} processes on {cpus or node_cpus} CPUs (one CPU each at least)"
-                 if nproc > 0 else "")
+    # Only what does not fit is named: a count left at 0 (all of a node's) always fits.
+    misfits = [said for fits, said in (
+        (num_nodes <= len(names), f"num_nodes={num_nodes} of {len(names)} nodes"),
+        (gpus <= node_gpus, f"gpus_per_node={gpus} of {node_gpus} GPUs"),
+        (cpus <= node_cpus, f"cpus_per_task={cpus} of {node_cpus} CPUs per node"),
+        (nproc <= (cpus or node_cpus),
+         f"nproc_per_node={nproc} processes on {cpus or node_cpus} CPUs (one CPU each at least)"),
+    ) if not fits]
+    if misfits:
         kind = plan["node_group"] or request.get("partition") or "the"
-        return {**plan, "problem": (
-            f"The request does not fit: num_nodes={num_nodes} of {len(names)} nodes, gpus_per_node={gpus} of "
-            f"{node_gpus} GPUs, cpus_per_task={cpus} of {node_cpus} CPUs per node{procs} ({kind} nodes, "
-            "from the inventory's cluster_node_* values).")}
+        return {**plan, "problem": (f"The request does not fit: {', '.join(misfits)} ({kind} nodes, "
+                                    "from the inventory's cluster_node_* values).")}
     return plan
 
 

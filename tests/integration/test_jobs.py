@@ -25,12 +25,11 @@ def jobs_playbook(outputs_dir, *extra_vars, popen=False):
 
 
 def table_rows(stdout):
-    """{job id: row cells} of the table jobs.yml prints (a debug msg list, one JSON string per line)."""
+    """{job id: row cells} of the table jobs.yml prints (its debug msg, a block of lines)."""
     rows = {}
-    for line in stdout.splitlines():
-        match = re.fullmatch(r'\s*"(\d+ .*)",?', line)
-        if match:
-            cells = re.split(r"\s{2,}", match.group(1))
+    for line in stdout.split("    msg: |-\n", 1)[1].split("\n\n", 1)[0].splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells[0].isdigit():
             rows[int(cells[0])] = cells
     return rows
 

@@ -176,7 +176,54 @@ def test_a_failed_slice_ends_the_following_and_is_the_result():
                                 {"failed": True, "msg": "squeue: error: Invalid user", "job_id": 7}])
     assert len(calls) == 2
     assert (result["failed"], result["msg"]) == (True, "squeue: error: Invalid user")
-    assert (result["changed"], result["submitted"], result["found_existing"]) == (True, True, False)
+    assert (result["changed"], result["job_id"]) == (True, 7)
+
+
+INTERNALS = {"end_marker": "/run-dir-zg2eh6udtu4uglngj4s1/.%j.ended", "progress": {"log_offset": 33982},
+             "staged": {"run_dir": "/nas/jobs/alice/train/runs/1"}, "nodes_checked": {"partition": "gpu", "notes": []},
+             "queries": 1, "controller_outage_seconds": 0, "submitted": False, "found_existing": False,
+             "log_tail": [], "timed_out": False, "user": None}
+
+
+def test_a_refused_launch_fails_with_its_sentence_and_not_the_modules_protocol():
+    refused = {"failed": True, "changed": False, "msg": "resume=7: this job has no run 7 (its runs: none yet)",
+               "job_id": None, "name": None, "state": None, "exit_code": None, "outcome": None, "final": None,
+               **INTERNALS}
+    result, _ = run_slices([refused])
+    assert result == {"failed": True, "changed": False, "msg": "resume=7: this job has no run 7 (its runs: none yet)"}
+
+
+def test_a_failed_job_keeps_what_became_of_it_and_where_its_outputs_are():
+    ended = {**slice_result("FAILED", True, exit_code=3, outcome="failed", changed=True, failed=True,
+                            msg="Slurm job 7 ended in state FAILED", warnings=["slurmctld was slow"]),
+             **INTERNALS, "collected": {"changed": True, "dest": "/out/train-7", "written": ["job.json"],
+                                        "summary": ["job 7 (train)"], "fetched": ["/nas/x.out"]}}
+    result, _ = run_slices([ended])
+    assert result == {"failed": True, "changed": True, "msg": "Slurm job 7 ended in state FAILED",
+                      "warnings": ["slurmctld was slow"], "job_id": 7, "name": "train", "state": "FAILED",
+                      "exit_code": 3, "outcome": "failed", "final": True,
+                      "collected": {"dest": "/out/train-7", "written": ["job.json"]}}
+
+
+def test_with_v_a_failed_result_is_the_modules_whole_result():
+    refused = {"failed": True, "changed": False, "msg": "resume=7: this job has no run 7", **INTERNALS}
+    with mock.patch.object(action.display, "verbosity", 1):
+        result, _ = run_slices([refused])
+    assert result["end_marker"] == INTERNALS["end_marker"] and result["staged"] == INTERNALS["staged"]
+
+
+def test_a_succeeded_result_is_left_whole():
+    result, _ = run_slices([slice_result("COMPLETED", True, exit_code=0, **INTERNALS)])
+    assert result["end_marker"] == INTERNALS["end_marker"] and result["progress"] == INTERNALS["progress"]
+
+
+def test_a_module_error_stays_with_its_own_message():
+    """Ansible prints a failed result's ``exception`` (the module's error, captured as it ran) as the
+    task's error line; the module's own message keeps it, with its traceback."""
+    module_error = object()
+    result, _ = run_slices([{"failed": True, "msg": "sbatch: error: Batch job submission failed",
+                             "exception": module_error}])
+    assert result["exception"] is module_error
 
 
 def test_following_makes_nothing_on_the_host_before_the_module_runs():
@@ -217,7 +264,7 @@ def test_counts_add_up_when_a_slice_does_not_report_them():
     first = {key: value for key, value in slice_result("RUNNING", False).items()
              if key not in ("queries", "controller_outage_seconds")}
     result, _ = run_slices([first, slice_result("RUNNING", False, controller_outage_seconds=4.5),
-                            {"failed": True, "msg": "scontrol show job failed (rc=1): ...", "job_id": 7}])
+                            {"job_id": 7, "name": "train", "state": "COMPLETED", "final": True}])
     assert (result["queries"], result["controller_outage_seconds"]) == (2, 4.5)
 
 
@@ -307,12 +354,14 @@ def test_with_collect_the_finished_jobs_outputs_are_written_as_the_task_ends(tmp
 
 def test_with_collect_a_job_that_did_not_succeed_fails_the_task_with_its_outputs(tmp_path):
     run_dir = tmp_path / "jobs" / "alice" / "train" / "runs" / "1"
-    failed = finished_job(run_dir, failed=True, msg="Slurm job 7 ended in state FAILED", collected_files={})
+    failed = finished_job(run_dir, failed=True, msg="Slurm job 7 ended in state FAILED", collected_files={},
+                          exception="the module's error, which Ansible would print in place of the task's message")
     failed.update(state="FAILED", outcome="failed", exit_code=3)
     result, _ = run_slices([failed], connection=NothingThere(),
                            collect={"outputs_dir": str(tmp_path / "outputs"), "jobs_dir": str(tmp_path / "jobs")})
     assert result["failed"] is True
     assert result["msg"].startswith(f"job 7 (train) ended FAILED, exit code 3; outputs in {tmp_path}/outputs/train-7\n")
+    assert "exception" not in result
     assert (tmp_path / "outputs" / "train-7" / "summary.txt").exists()
 
 
@@ -324,12 +373,14 @@ def test_collect_with_an_unknown_key_is_refused_before_the_module_runs(tmp_path)
 def test_a_missing_expected_file_fails_the_task_with_the_tasks_message(tmp_path):
     (tmp_path / "train.py").write_text("print('hi')\n")
     staged = {"missing_files": ["/nas/env/nccl-gpu.sh"]}
-    result, calls = run_slices([{"changed": False, "staged": staged, "job_id": None, "final": None}],
+    result, calls = run_slices([{"changed": False, "staged": staged, "job_id": None, "final": None,
+                                 "exception": "the module's error"}],
                                stage={"jobs_root": "/nas/jobs", "job_name": "train", "code_dir": str(tmp_path),
                                       "script": str(tmp_path / "train.py"), "expect_files": ["/nas/env/nccl-gpu.sh"],
                                       "expect_files_message": "The NCCL env file /nas/env/nccl-gpu.sh is missing"},
                                wait=False)
     assert (result["failed"], result["msg"]) == (True, "The NCCL env file /nas/env/nccl-gpu.sh is missing")
+    assert "exception" not in result
     assert "expect_files_message" not in calls[0]["stage"]
 
 

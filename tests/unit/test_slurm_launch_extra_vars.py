@@ -106,3 +106,58 @@ def test_nothing_is_made_on_a_host():
             mock.patch.object(load_extra_vars, "extra_vars", None, create=True), \
             mock.patch.object(plugin, "_make_tmp_path", side_effect=AssertionError("made a remote tmp dir")):
         assert plugin.run(task_vars={})["unknown"] == []
+
+
+def test_only_prefixed_variables_are_offered_as_suggestions():
+    # inventory_hostname is set for every task but is no launch key: never suggested.
+    result = run(["inventory_hostnam=x"], task_vars={"inventory_hostname": "login1", "cluster_nas_root": "/nas"})
+    assert result["msg"].startswith("Unknown -e key: -e inventory_hostnam. A launch reads: ")
+
+
+def test_the_check_opens_no_connection_to_the_host():
+    # It reads only the play's files and the command line, so Ansible's task executor (which asks
+    # _requires_connection) runs it on the controller: a misspelt -e is refused even when the
+    # submit host cannot be reached, instead of an SSH error hiding the typo.
+    assert action.ActionModule._requires_connection is False
+    assert action.ActionModule.TRANSFERS_FILES is False
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    # Ansible reads -e "script_args=--steps 2" as script_args=--steps and a stray "2" (_raw_params).
+    (["script=/nas/t.py", "script_args=--steps 2"],
+     "-e 'script_args=--steps 2': Ansible splits an -e value at spaces, so script_args got only '--steps' and '2' "
+     "has no key. Quote a value with spaces: -e '{\"script_args\": \"--steps 2\"}' or -e \"script_args='--steps 2'\"."),
+    (["nodes=n1 script_args=--lr 0.1 --steps 3 wait=false"],
+     "-e 'nodes=n1 script_args=--lr 0.1 --steps 3 wait=false': Ansible splits an -e value at spaces, so script_args "
+     "got only '--lr' and '0.1 --steps 3' has no key. Quote a value with spaces: "
+     "-e '{\"script_args\": \"--lr 0.1 --steps 3\"}' or -e \"script_args='--lr 0.1 --steps 3'\"."),
+    # A value with quotes of its own: only the JSON form, which the shell passes as it is.
+    (["job_name=x --name 'a b'"],
+     "-e 'job_name=x --name '\"'\"'a b'\"'\"'': Ansible splits an -e value at spaces, so job_name got only 'x' "
+     "and \"--name 'a b'\" has no key. Quote a value with spaces: -e '{\"job_name\": \"x --name '\"'\"'a b'\"'\"'\"}'."),
+    (["steps 2 script=/nas/t.py"],
+     "-e 'steps 2 script=/nas/t.py': 'steps' is not KEY=VALUE. Quote a value with spaces: "
+     "-e '{\"KEY\": \"a b\"}' or -e \"KEY='a b'\"."),
+])
+def test_an_unquoted_value_with_spaces_is_told_how_to_quote_not_named_raw_params(given, said):
+    result = run(given)
+    assert result["failed"] is True and result["unknown"] == ["_raw_params"]
+    assert result["msg"] == said
+    assert "_raw_params" not in result["msg"]
+
+
+def test_an_unquoted_value_and_a_misspelt_key_are_both_said():
+    result = run(["script_args=--steps 2", "wiat=false"])
+    assert result["unknown"] == ["_raw_params", "wiat"]
+    assert result["msg"].startswith("-e 'script_args=--steps 2': Ansible splits an -e value at spaces")
+    assert " Unknown -e key: -e wiat (did you mean 'wait'?). " in result["msg"]
+    assert "_raw_params" not in result["msg"]
+
+
+def test_the_quoted_forms_the_message_gives_are_read_as_one_value():
+    for quoted in ('{"script_args": "--steps 2"}', "script_args='--steps 2'"):
+        result = run([quoted])
+        assert not result.get("failed"), result.get("msg")
+        with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=(quoted,))), \
+                mock.patch.object(load_extra_vars, "extra_vars", None, create=True):
+            assert load_extra_vars(DataLoader()) == {"script_args": "--steps 2"}

@@ -126,7 +126,7 @@ def test_a_partition_given_is_the_jobs_and_a_group_names_no_nodelist(script):
     ({"script": "", "job_name": "x", "nodes": "node999"}, (), "Say what to run: -e script=path/to/train.py"),
     ({"nodes": "node110,node999"}, (), "Not compute nodes of the inventory: node999"),
     ({"nodes": "node110,h1"}, (), "the nodes are not of one node group"),
-    ({"gpus_per_node": 9}, (), "The request does not fit: num_nodes=2 of 2 nodes, gpus_per_node=9 of 8 GPUs"),
+    ({"gpus_per_node": 9}, (), "The request does not fit: gpus_per_node=9 of 8 GPUs ("),
     ({"script_args": "--name 'a b"}, (), "script_args \"--name 'a b\" cannot be split into arguments"),
     ({"warning_signal": "USR1; id"}, (), "warning_signal='USR1; id'"),
 ])

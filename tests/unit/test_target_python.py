@@ -121,9 +121,11 @@ def run_nccl_network_facts(module_result, answer):
 def test_the_nccl_detection_run_on_too_old_a_python_says_so_as_the_python_check_would_have():
     """provision.yml's compute play runs no Python check: its first module run explains its own failure."""
     failure = {"failed": True, "msg": "MODULE FAILURE: No start of json char found", "module_stdout": "",
-               "module_stderr": "SyntaxError: invalid syntax", "rc": 1}
+               "module_stderr": "SyntaxError: invalid syntax", "rc": 1,
+               "exception": "Ansible's captured error, printed as the task's error line"}
     result, probes = run_nccl_network_facts(failure, "/opt/py/python3.6 Python 3.6.8\n")
     assert result["failed"] is True and "module_stderr" not in result
+    assert "exception" not in result, "Ansible's error line says the problem, not the failed deserialization"
     assert result["msg"].startswith("node110: ansible-core 2.19.")
     assert "and /opt/py/python3.6 is Python 3.6." in result["msg"]
     assert probes == ["printf '%s ' /opt/py/python3.6; /opt/py/python3.6 -V 2>&1 || true"]
