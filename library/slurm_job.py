@@ -561,6 +561,15 @@ run_record:
   returned: always
   type: str
   sample: /starmap/nas/jobs/alice/train/runs/3/run.json
+no_progress:
+  description:
+    - When the job script stopped the job because a failed attempt did not advance its checkpoint
+      (its C(run.json) says C(NO_PROGRESS)), C(step) (the last step the training printed before it
+      failed, null when it printed none) and C(checkpoint_step) (the step it kept resuming from);
+      null otherwise. C(run.json) then keeps C(NO_PROGRESS), the steps and the log's last lines.
+  returned: always
+  type: dict
+  sample: {step: 5, checkpoint_step: 0}
 controller_outage_seconds:
   description: Seconds the module waited, while following, for a slurmctld that did not answer.
   returned: always
@@ -1231,7 +1240,7 @@ class SlurmJobRunner:
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
             nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
-            staged=None, end_marker=self.params["end_marker"], collected_files=None, collected_truncated=None,
+            no_progress=None, staged=None, end_marker=self.params["end_marker"], collected_files=None, collected_truncated=None,
             collected_skipped=None, node_states=None, nodes_checked=None,
         )
         # Who owns the job: {"uid", "user", "name"}. The module's user for a job it submitted or
@@ -1246,6 +1255,7 @@ class SlurmJobRunner:
     def finish(self, msg=None):
         if self.result.get("final"):
             self.collect()
+            self.result["no_progress"] = self.script_stopped()
         self.result["queries"] = self.slurm.queries
         record_error = self.record_run_end()
         if record_error:
@@ -1292,6 +1302,23 @@ class SlurmJobRunner:
                 os.close(fd)
         result.update(collected_files=files, collected_truncated=truncated, collected_skipped=skipped)
 
+    def script_stopped(self):
+        """The job script's NO_PROGRESS record of this job (run.json beside its log), or None: a
+        failed attempt that did not advance the checkpoint is not requeued, and says at which step."""
+        log, owner = self.result.get("stdout_path"), self.result.get("user")
+        if self.result.get("state") != "FAILED" or not log or owner != self.slurm.user:
+            return None
+        try:
+            fd = os.open(os.path.join(os.path.dirname(log), "run.json"), os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, encoding="utf-8") as handle:
+                record = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict) or record.get("state") != "NO_PROGRESS" or record.get("job_id") != self.result.get("job_id"):
+            return None
+        steps = {key: record.get(key) for key in ("step", "checkpoint_step")}
+        return {key: value if isinstance(value, int) and not isinstance(value, bool) else None for key, value in steps.items()}
+
     def record_run_end(self):
         """Write the final job's run.json beside its log (O(run_records)); a message if that failed."""
         result, root = self.result, self.params["run_records"]
@@ -1304,7 +1331,13 @@ class SlurmJobRunner:
             return None
         run_dir = os.path.dirname(log)
         path = os.path.join(run_dir, "run.json")
-        text = json.dumps({key: result.get(key) for key in RUN_RECORD_KEYS}) + "\n"
+        record = {key: result.get(key) for key in RUN_RECORD_KEYS}
+        stopped = result.get("no_progress")
+        if stopped:
+            # The job script's own word: Slurm says FAILED, the next launch must see why.
+            record.update(state="NO_PROGRESS", step=stopped.get("step"), checkpoint_step=stopped.get("checkpoint_step"),
+                          log_tail=result.get("log_tail") or [])
+        text = json.dumps(record) + "\n"
         try:
             # A temporary file (0600) beside it, then a rename: a reader never sees half a record.
             handle, scratch = tempfile.mkstemp(dir=run_dir, prefix=".run.json.")
