@@ -30,6 +30,7 @@ from ansible.errors import AnsibleError
 # The rules the role's filters and the modules already use, each from its one place.
 from ansible_collections.hpc.slurm_train.plugins.filter import runs as _runs
 from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
+from ansible_collections.hpc.slurm_train.plugins.module_utils import run_cost as _run_cost
 from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm as _slurm_utils
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_code as _launch_code
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _sweep
@@ -37,7 +38,7 @@ from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _s
 # What job.json keeps of the job.
 RECORD_KEYS = ("job_id", "name", "user", "partition", "state", "outcome", "exit_code", "exit_signal", "reason",
                "nodes", "elapsed_seconds", "restarts", "stdout_path", "stderr_path", "log_tail", "failed_nodes",
-               "code", "run", "run_line", "request_differences", "points", "failure", "no_progress")
+               "code", "run", "run_line", "request_differences", "points", "failure", "no_progress", "cost")
 # What the ``collect`` option says, besides the job itself (the slurm_job result).
 COLLECT_SPEC = {
     # Where outputs/<name>-<id>/ go on the controller.
@@ -123,6 +124,8 @@ def report(job, staged, points, outputs):
             ("nodes", ",".join(job.get("nodes") or [])),
             ("elapsed", f"{job.get('elapsed_seconds')} s"),
             ("restarts", job.get("restarts")),
+            ("cost", _run_cost.cost_line(job["cost"]) if job.get("cost") else "unknown: neither sacct nor the job script "
+                                                                             "recorded its attempts"),
             ("code", _launch_code.launch_code_line(code) if code else "not staged: followed by job id"),
             ("submitted", submitted),
             ("log", _rules.visible(job.get("stdout_path"))),
