@@ -29,6 +29,17 @@ def test_a_training_failing_at_the_same_step_stops_as_no_progress_with_restarts_
     record = json.loads((run_dir(cluster, name, 1) / "run.json").read_text())
     assert (record["state"], record["step"], record["checkpoint_step"], record["restarts"]) == ("NO_PROGRESS", 5, 4, 1)
     assert any("failing on purpose at step 5" in line for line in record["log_tail"]), record
+    # Its cost: two attempts, step 5 trained twice; the default cluster's accounting, or the script's record.
+    cost = job["cost"]
+    accounting = cluster.slurm("sacct", "-n", "-X", "-j", str(job["job_id"]), check=False).returncode == 0
+    assert cost["source"] == ("sacct" if accounting else
+                              "the job script's own record (no accounting: sacct did not answer)"), cost
+    # node110 has 8 GPUs (fake devices) and the job asks for them all.
+    assert (len(cost["attempts"]), cost["steps_redone"], cost["unit"]) == (2, 1, "GPU"), cost
+    assert [attempt["gpus"] for attempt in cost["attempts"]] == [8, 8], cost
+    assert all(attempt["elapsed_seconds"] > 0 for attempt in cost["attempts"]), cost
+    assert cost["attempts"][1]["lost_seconds"] == cost["attempts"][1]["elapsed_seconds"], "nothing of it saved"
+    assert summary_line(folder, "cost").startswith(f"{cost['hours']} GPU-hours over 2 attempts, {cost['lost_hours']} lost")
     # The same request again: not resumed blindly, nothing submitted.
     again = launch(tmp_path, *request)
     assert again.returncode != 0
