@@ -561,6 +561,30 @@ run_record:
   returned: always
   type: str
   sample: /starmap/nas/jobs/alice/train/runs/3/run.json
+cost:
+  description:
+    - What the final job cost, across every attempt and every array task
+      (C(plugins/module_utils/run_cost.py)). C(hours) are GPU-hours (AllocTRES C(gres/gpu) times the
+      elapsed time; CPU-hours when the job had no GPU, C(unit) says which); C(lost_hours) (what
+      failed attempts and attempts cut by a node failure did after their last checkpoint),
+      C(steps_redone) (steps trained again after each resume), C(queue_seconds) (time waiting
+      in the queue, null without accounting) and C(attempts), one line each. C(source) says
+      where the figures come from, C(sacct) or the job script's own record when accounting does
+      not answer. Null before the job is final, or when neither tells.
+  returned: always
+  type: dict
+  sample: {source: sacct, unit: GPU, hours: 0.0133, lost_hours: 0.0067, steps_redone: 1, queue_seconds: 3,
+           attempts: [{job_id: 41, restart: 0, state: REQUEUED, elapsed_seconds: 12, gpus: 2, cpus: 4,
+                       queue_seconds: 0, lost_seconds: 2}]}
+no_progress:
+  description:
+    - When the job script stopped the job because a failed attempt did not advance its checkpoint
+      (its C(run.json) says C(NO_PROGRESS)), C(step) (the last step the training printed before it
+      failed, null when it printed none) and C(checkpoint_step) (the step it kept resuming from);
+      null otherwise. C(run.json) then keeps C(NO_PROGRESS), the steps and the log's last lines.
+  returned: always
+  type: dict
+  sample: {step: 5, checkpoint_step: 0}
 controller_outage_seconds:
   description: Seconds the module waited, while following, for a slurmctld that did not answer.
   returned: always
@@ -681,6 +705,9 @@ from ansible_collections.hpc.slurm_train.plugins.module_utils.cluster_rules impo
 )
 from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import (
     STAGE_SPEC, Refused, check_placeholders, fill_placeholders, open_owned_file, owner_name, release_runs_lock, stage,
+)
+from ansible_collections.hpc.slurm_train.plugins.module_utils.run_cost import (
+    ATTEMPTS_FILE, COST_FIELDS, ledger, parse_attempts, parse_cost_sacct,
 )
 from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     INVALID_JOB_ID,
@@ -1063,6 +1090,24 @@ class SlurmClient:
         summary["state_source"] = "sacct"
         return summary
 
+    def cost_attempts(self, job_id):
+        """Every attempt of the job (of each task of an array) as sacct has them, for the cost
+        ledger (run_cost.parse_cost_sacct); None without accounting. One sacct call, to slurmdbd."""
+        if self.accounting_problem is not None:
+            return None
+        argv = ["sacct", "-j", str(job_id), "-n", "-P", "-D", "-X", "-o", ",".join(COST_FIELDS)]
+        rc, out, err = self.run_once(argv) if self.accounting == "auto" else self.run(argv)
+        if rc != 0:
+            if self.accounting != "auto":
+                raise SlurmCommandError("sacct", rc, err)
+            self.accounting_problem = f"sacct failed: {err.strip()}"
+            return None
+        try:
+            attempts = parse_cost_sacct(out)
+        except ValueError:
+            return None
+        return attempts or None
+
     def job_identity(self, job_id):
         """(uid, exact name) of a job slurmctld knows (JOB_IDENTITY_FORMAT), or None."""
         argv = ["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", JOB_IDENTITY_FORMAT]
@@ -1231,6 +1276,7 @@ class SlurmJobRunner:
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
             nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
+            no_progress=None, cost=None,
             staged=None, end_marker=self.params["end_marker"], collected_files=None, collected_truncated=None,
             collected_skipped=None, node_states=None, nodes_checked=None,
         )
@@ -1246,6 +1292,8 @@ class SlurmJobRunner:
     def finish(self, msg=None):
         if self.result.get("final"):
             self.collect()
+            self.result["no_progress"] = self.script_stopped()
+            self.result["cost"] = self.cost()
         self.result["queries"] = self.slurm.queries
         record_error = self.record_run_end()
         if record_error:
@@ -1292,6 +1340,59 @@ class SlurmJobRunner:
                 os.close(fd)
         result.update(collected_files=files, collected_truncated=truncated, collected_skipped=skipped)
 
+    def cost(self):
+        """What the job cost (run_cost.ledger): sacct's attempts joined with the job script's own
+        record of each (attempts-<job id>.tsv in each task's run directory); the script's alone
+        without accounting. None when neither tells."""
+        result, opener = self.result, self.opener()
+        log = result.get("stdout_path")
+        if not log or result.get("job_id") is None:
+            return None
+        try:
+            accounted = self.slurm.cost_attempts(result["job_id"])
+        except SlurmCommandError:
+            accounted = None
+        # Each task's directory and own job id: a sweep's point trains in points/<task>/.
+        places = {}
+        if result.get("tasks"):
+            for task in result["tasks"]:
+                if isinstance(task.get("task"), int) and task.get("job_id"):
+                    places[int(task["job_id"])] = os.path.join(os.path.dirname(log), "points", str(task["task"]))
+            for row in accounted or []:
+                task = str(row.get("task") or "")
+                if row["job_id"] not in places and task.isdigit():
+                    places[row["job_id"]] = os.path.join(os.path.dirname(log), "points", task)
+        else:
+            places[int(result["job_id"])] = os.path.dirname(log)
+        records = {}
+        for job_id, directory in places.items():
+            try:
+                fd = opener(os.path.join(directory, ATTEMPTS_FILE.format(job_id=job_id)))
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as handle:
+                records[job_id] = parse_attempts(handle.read(65536).decode("utf-8", "replace"))
+        if accounted is None and not records:
+            return None
+        return ledger(records, accounted)
+
+    def script_stopped(self):
+        """The job script's NO_PROGRESS record of this job (run.json beside its log), or None: a
+        failed attempt that did not advance the checkpoint is not requeued, and says at which step."""
+        log, owner = self.result.get("stdout_path"), self.result.get("user")
+        if self.result.get("state") != "FAILED" or not log or owner != self.slurm.user:
+            return None
+        try:
+            fd = os.open(os.path.join(os.path.dirname(log), "run.json"), os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, encoding="utf-8") as handle:
+                record = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict) or record.get("state") != "NO_PROGRESS" or record.get("job_id") != self.result.get("job_id"):
+            return None
+        steps = {key: record.get(key) for key in ("step", "checkpoint_step")}
+        return {key: value if isinstance(value, int) and not isinstance(value, bool) else None for key, value in steps.items()}
+
     def record_run_end(self):
         """Write the final job's run.json beside its log (O(run_records)); a message if that failed."""
         result, root = self.result, self.params["run_records"]
@@ -1304,7 +1405,13 @@ class SlurmJobRunner:
             return None
         run_dir = os.path.dirname(log)
         path = os.path.join(run_dir, "run.json")
-        text = json.dumps({key: result.get(key) for key in RUN_RECORD_KEYS}) + "\n"
+        record = {key: result.get(key) for key in RUN_RECORD_KEYS}
+        stopped = result.get("no_progress")
+        if stopped:
+            # The job script's own word: Slurm says FAILED, the next launch must see why.
+            record.update(state="NO_PROGRESS", step=stopped.get("step"), checkpoint_step=stopped.get("checkpoint_step"),
+                          log_tail=result.get("log_tail") or [])
+        text = json.dumps(record) + "\n"
         try:
             # A temporary file (0600) beside it, then a rename: a reader never sees half a record.
             handle, scratch = tempfile.mkstemp(dir=run_dir, prefix=".run.json.")

@@ -11,7 +11,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
 run_of_path = _rules.run_of_path
 JOBS_SHOWN = 20
-COLUMNS = ("job", "name", "run", "state", "exit", "nodes", "elapsed", "restarts", "outputs")
+COLUMNS = ("job", "name", "run", "state", "exit", "nodes", "elapsed", "restarts", "cost", "outputs")
 
 
 def run_line(staged, outcome):
@@ -41,6 +41,14 @@ def _duration(seconds):
     minutes, secs = divmod(seconds, 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _cost(cost):
+    """'0.0133 GPU-h (0.0067 lost)' of job.json's cost (run_cost.ledger); '-' without one."""
+    if not isinstance(cost, dict) or cost.get("hours") is None:
+        return "-"
+    lost = f" ({cost['lost_hours']} lost)" if cost.get("lost_hours") else ""
+    return f"{cost['hours']} {cost.get('unit', 'GPU')}-h{lost}"
 
 
 def _squeue_elapsed(text):
@@ -90,7 +98,8 @@ def jobs_rows(active, finished):
             str(job["job_id"]), str(job.get("name") or "-"), str(run_of_path(job.get("stdout_path")) or "-"),
             str(job.get("state") or "-"), str(job.get("exit_code") if job.get("exit_code") is not None else "-"),
             ",".join(job.get("nodes") or []) or "-", _duration(job.get("elapsed_seconds")),
-            str(job.get("restarts") if job.get("restarts") is not None else "-"), str(job.get("outputs") or "-"))
+            str(job.get("restarts") if job.get("restarts") is not None else "-"), _cost(job.get("cost")),
+            str(job.get("outputs") or "-"))
     for job in active:
         if _array_of(job.get("job_id")) is None:
             continue  # a component of a heterogeneous job ("12+1"): not a launch's job
@@ -99,7 +108,7 @@ def jobs_rows(active, finished):
         state = job["state"] + (f" ({job['reason']})" if job.get("reason") and job["state"] != "RUNNING" else "")
         rows[job["job_id"]] = (
             str(job["job_id"]), job["name"], str(run_of_path(work_dir) or "-"), state, "-",
-            job.get("nodes") or "-", _duration(_squeue_elapsed(job.get("elapsed"))), "-", "-")
+            job.get("nodes") or "-", _duration(_squeue_elapsed(job.get("elapsed"))), "-", "-", "-")
     return [rows[job_id] for job_id in sorted(rows, key=lambda key: (_array_of(key), str(key)), reverse=True)]
 
 

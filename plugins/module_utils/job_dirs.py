@@ -30,6 +30,8 @@ RUN_ID_RE = re.compile(r"^[1-9][0-9]{0,8}$")
 # REQUEUE_LIMIT (and FAILED with exit code 75) is templates/train.sbatch.j2's run over its restarts.
 RESUMABLE_STATES = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "REQUEUE_LIMIT")
 REQUEUE_LIMIT_EXIT_CODE = 75
+# templates/train.sbatch.j2's word for a run whose failed attempt did not advance its checkpoint.
+NO_PROGRESS = "NO_PROGRESS"
 # A run's request (what it trains), written when the run is taken: only a launch of the same
 # request resumes the run.
 REQUEST_FILE = "request.json"
@@ -277,6 +279,13 @@ def plan_run(runs, resume, request, force=False):
     state = end_state(record)
     if state in RESUMABLE_STATES:
         return {**resumed, "why": f"run {run} ended {state}"}
+    if state == NO_PROGRESS:
+        # Resuming it would fail at the same step again: a person decides.
+        at = f" at step {record['step']}" if isinstance(record.get("step"), int) else ""
+        raise Refused(f"run {run} of this request stopped NO_PROGRESS: it failed{at} again without advancing "
+                      f"its checkpoint (step {record.get('checkpoint_step')}), so resume=auto does not resume it. "
+                      f"Give resume={run} to try it again from that checkpoint, or resume=never for a fresh run; "
+                      "or change the script, whose new request starts a fresh run")
     return {**fresh, "why": f"run {run} of this request ended {state}"}
 
 

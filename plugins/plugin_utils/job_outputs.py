@@ -30,6 +30,7 @@ from ansible.errors import AnsibleError
 # The rules the role's filters and the modules already use, each from its one place.
 from ansible_collections.hpc.slurm_train.plugins.filter import runs as _runs
 from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
+from ansible_collections.hpc.slurm_train.plugins.module_utils import run_cost as _run_cost
 from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm as _slurm_utils
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_code as _launch_code
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _sweep
@@ -37,7 +38,7 @@ from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _s
 # What job.json keeps of the job.
 RECORD_KEYS = ("job_id", "name", "user", "partition", "state", "outcome", "exit_code", "exit_signal", "reason",
                "nodes", "elapsed_seconds", "restarts", "stdout_path", "stderr_path", "log_tail", "failed_nodes",
-               "code", "run", "run_line", "request_differences", "points", "failure")
+               "code", "run", "run_line", "request_differences", "points", "failure", "no_progress", "cost")
 # What the ``collect`` option says, besides the job itself (the slurm_job result).
 COLLECT_SPEC = {
     # Where outputs/<name>-<id>/ go on the controller.
@@ -123,6 +124,8 @@ def report(job, staged, points, outputs):
             ("nodes", ",".join(job.get("nodes") or [])),
             ("elapsed", f"{job.get('elapsed_seconds')} s"),
             ("restarts", job.get("restarts")),
+            ("cost", _run_cost.cost_line(job["cost"]) if job.get("cost") else "unknown: neither sacct nor the job script "
+                                                                             "recorded its attempts"),
             ("code", _launch_code.launch_code_line(code) if code else "not staged: followed by job id"),
             ("submitted", submitted),
             ("log", _rules.visible(job.get("stdout_path"))),
@@ -138,6 +141,8 @@ def report(job, staged, points, outputs):
         why = failure_lines(failure)
         rows.append(("failure", why[0]))
         rows.extend(("", line) for line in why[1:])
+    if job.get("no_progress"):
+        rows.append(("stopped", no_progress_line(job)))
     if tasks:
         rows.append(("points", f"{job.get('tasks_done')} of {job.get('tasks_total')} final, "
                                f"{job.get('tasks_total', 0) - len(sweep['failed'])} completed"))
@@ -161,10 +166,21 @@ def report_line(job, staged, check_mode):
             f"Follow it with: ansible-playbook launch.yml -e job_id={job.get('job_id')}")
 
 
+def no_progress_line(job):
+    """'NO_PROGRESS: failed at step 5 again, ...' of a job its script stopped (the module's no_progress)."""
+    stopped = job["no_progress"]
+    at = f" at step {stopped['step']}" if stopped.get("step") is not None else ""
+    return (f"NO_PROGRESS: failed{at} without advancing its checkpoint from step {stopped.get('checkpoint_step')}: "
+            f"not requeued again (restart {job.get('restarts')}); a launch of the same request does not resume it "
+            "unless given resume=<run id>")
+
+
 def failure_message(job, sweep, failed, outputs, failure=None):
     """The task's message for a job that did not succeed: the first failed rank's exception
     (``failure``, job_failure's) before the log's last lines."""
     reason = f", reason {_rules.visible(job['reason'])}" if job.get("reason") else ""
+    if job.get("no_progress"):
+        reason += f"; {no_progress_line(job)}"
     nodes = f"; failed nodes: {failed}" if failed else ""
     points = ("points that did not complete: " + "; ".join(sweep["failed"]) + "\n") if job.get("tasks") else ""
     # The module made the log's lines visible; the name and path are the job's too.

@@ -3,6 +3,7 @@ partitions: the job's record comes back from sacct as well, and nodes of two par
 are refused."""
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,34 @@ def test_nodes_of_two_partitions_are_refused(accounting_cluster, tmp_path):
     assert proc.returncode != 0
     assert "The nodes are not in one partition: acct-g1 is in gpu_acct; acct-c1 is in cpu_acct;" in proc.stdout
     assert next_job_id(accounting_cluster) == before
+
+
+def test_the_cost_of_a_job_with_one_requeue_is_sacct_s(accounting_cluster, tmp_path):
+    """Rank 0 saves at steps 2 and 4 and fails at step 5: requeued once (its checkpoint advanced),
+    then stopped NO_PROGRESS. The ledger's figures are sacct's, attempt by attempt."""
+    name = unique_job_name("cost")
+    proc = launch(tmp_path, "nodes=acct-g1,acct-g2", f"script={TRAINER}", "nproc_per_node=1", f"job_name={name}",
+                  "slurm_launch_accounting=yes", "max_restarts=2",
+                  json.dumps({"script_args": "--steps 20 --checkpoint-every 2 --fail-rank 0 --fail-at-step 5"}),
+                  inventory=accounting_cluster.inventory)
+    assert proc.returncode != 0, proc.stdout
+    folder, job = outputs_of(tmp_path, name)
+    assert (job["state"], job["restarts"], job["no_progress"]["step"]) == ("FAILED", 1, 5), job
+    cost = job["cost"]
+    rows = [line.split("|") for line in accounting_cluster.slurm(
+        "sacct", "-D", "-X", "-n", "-P", "-j", str(job["job_id"]), "-o", "State,ElapsedRaw,AllocTRES,Eligible,Start").stdout.splitlines()]
+    assert [row[0].split()[0] for row in rows] == ["REQUEUED", "FAILED"]
+    gpus = [int(next(item for item in row[2].split(",") if item.startswith("gres/gpu=")).split("=")[1]) for row in rows]
+    assert gpus == [4, 4], "2 GPUs on each of 2 nodes, as AllocTRES says"
+    assert cost["source"] == "sacct" and cost["unit"] == "GPU"
+    assert [(a["state"], a["elapsed_seconds"], a["gpus"]) for a in cost["attempts"]] == [
+        (row[0].split()[0], int(row[1]), gpu) for row, gpu in zip(rows, gpus)]
+    assert cost["hours"] == round(sum(int(row[1]) * gpu for row, gpu in zip(rows, gpus)) / 3600, 4)
+    # The second attempt advanced nothing: all of it lost; the first only what followed its checkpoint.
+    assert cost["attempts"][1]["lost_seconds"] == int(rows[1][1])
+    assert 0 <= cost["attempts"][0]["lost_seconds"] <= int(rows[0][1])
+    assert cost["steps_redone"] == 1, "step 5 was trained twice"
+    waited = [datetime.fromisoformat(row[4]) - datetime.fromisoformat(row[3]) for row in rows]
+    assert cost["queue_seconds"] == sum(int(wait.total_seconds()) for wait in waited)
+    summary = (folder / "summary.txt").read_text()
+    assert f"{cost['hours']} GPU-hours over 2 attempts, {cost['lost_hours']} lost, 1 step redone" in summary, summary

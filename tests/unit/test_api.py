@@ -210,10 +210,11 @@ def test_jobs_rows_are_the_tables_rows():
                "work_dir": "/nas/jobs/alice/long/runs/2"}]
     finished = [{"job_id": 11, "name": "done", "state": "COMPLETED", "exit_code": 0, "nodes": ["node110"],
                  "elapsed_seconds": 65, "restarts": 0, "stdout_path": "/nas/jobs/alice/done/runs/1/done-11.out",
-                 "outputs": "/out/done-11"}]
+                 "outputs": "/out/done-11", "cost": {"hours": 0.0133, "unit": "GPU", "lost_hours": 0.0067}}]
     rows = runs.jobs_rows(active, finished)
-    assert rows == [("12", "long", "2", "PENDING (Priority)", "-", "-", "0:00", "-", "-"),
-                    ("11", "done", "1", "COMPLETED", "0", "node110", "1:05", "0", "/out/done-11")]
+    assert rows == [("12", "long", "2", "PENDING (Priority)", "-", "-", "0:00", "-", "-", "-"),
+                    ("11", "done", "1", "COMPLETED", "0", "node110", "1:05", "0", "0.0133 GPU-h (0.0067 lost)",
+                     "/out/done-11")]
     table = runs.jobs_table(active, finished)
     assert [line.split()[0] for line in table] == ["job", "12", "11"]
 

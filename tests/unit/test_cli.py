@@ -77,7 +77,7 @@ def test_a_refused_launch_exits_2_with_the_apis_message(capsys):
 
 def test_jobs_prints_the_apis_rows_as_a_table(monkeypatch, capsys):
     rows = [{"job": "12", "name": "train_ddp", "run": "1", "state": "COMPLETED", "exit": "0", "nodes": "node110",
-             "elapsed": "0:10", "restarts": "0", "outputs": "outputs/train_ddp-12"}]
+             "elapsed": "0:10", "restarts": "0", "cost": "0.0133", "outputs": "outputs/train_ddp-12"}]
     monkeypatch.setattr(api, "jobs", lambda show_all, **kwargs: rows if show_all is True else [])
     assert cli.main(["jobs", "--all"]) == 0
     header, line = capsys.readouterr().out.splitlines()

@@ -683,3 +683,17 @@ def test_the_jobs_directory_is_checked_for_room_before_anything_is_made(tmp_path
     missing = tmp_path / "not-yet" / "jobs"  # checked at its nearest existing directory, as writable_dir does
     with pytest.raises(job_dirs.Refused, match=rf"^{missing}: {tmp_path} has \d+ MB free"):
         job_dir.run(FakeModule(jobs_root=str(missing), job_name="train", min_free_mb=10**10))
+
+
+def test_a_run_stopped_for_no_progress_is_not_resumed_by_auto_and_is_by_its_id(tmp_path, jobs):
+    run_dir = ended(jobs, 1, "NO_PROGRESS", 1, step=0)
+    record = {"job_id": 101, "state": "NO_PROGRESS", "exit_code": 1, "step": 5, "checkpoint_step": 0}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    with pytest.raises(job_dirs.Refused, match=r"^run 1 of this request stopped NO_PROGRESS: it failed at step 5 again "
+                                               r"without advancing its checkpoint \(step 0\), so resume=auto does not "
+                                               r"resume it\. Give resume=1 .* or resume=never for a fresh run"):
+        run(tmp_path, resume="auto")
+    assert sorted(p.name for p in (jobs / user() / "train" / "runs").iterdir()) == [".lock", "1"], "nothing made"
+    again = run(tmp_path, resume="1")
+    assert (again["run_id"], again["resumed"], again["resumed_step"]) == (1, True, 0)
+    assert run(tmp_path, resume="never")["run_id"] == 2

@@ -437,3 +437,78 @@ def test_torchrun_ends_without_tearing_torch_down_and_keeps_the_workers_exit_cod
     assert not (tmp_path / "torn-down").exists(), "the interpreter's teardown was skipped"
     recorded = list(tmp_path.glob(".9.failure.*"))
     assert [path.read_text().split()[1] for path in recorded] == ([] if worker_exit == 0 else [str(worker_exit)])
+
+
+# A training that resumes from checkpoint.json's step (or 0), prints "step=N" as it goes, saves a
+# checkpoint at SAVE_AT (when given) and exits with EXIT_CODE at FAIL_AT.
+TRAINING_THAT_FAILS = ('#!/usr/bin/env python3\nimport json, os, sys\n'
+                       'path = os.path.join(os.environ["CHECKPOINT_DIR"], "checkpoint.json")\n'
+                       'step = json.load(open(path))["step"] if os.path.exists(path) else 0\n'
+                       'while True:\n'
+                       '    if str(step) == os.environ.get("SAVE_AT"):\n'
+                       '        os.makedirs(os.path.dirname(path), exist_ok=True)\n'
+                       '        json.dump({"step": step}, open(path, "w"))\n'
+                       '    if step == int(os.environ["FAIL_AT"]):\n'
+                       '        print(f"failing at step={step}", flush=True)\n'
+                       '        sys.exit(int(os.environ["EXIT_CODE"]))\n'
+                       '    step += 1\n'
+                       '    print(f"step={step} loss=0.5", flush=True)\n')
+
+
+def run_failing_attempt(tmp_path, restart, max_restarts=3, **env):
+    """One attempt of the batch script, its stdout the log file as under Slurm (--output, append)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("srun", STANDINS["srun"]), ("python", TRAINING_THAT_FAILS), ("scontrol", SCONTROL_RECORDING)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    (tmp_path / "job.sbatch").write_text(render(in_dir(tmp_path, max_restarts=max_restarts)))
+    record = tmp_path / "record"
+    record.touch()
+    log = tmp_path / "j-77.out"
+    with log.open("a") as out:
+        proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], stdout=out, stderr=subprocess.STDOUT, timeout=30,
+                              env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "j",
+                                   "RECORD": str(record), "SLURM_JOB_NUM_NODES": "2", "EXIT_CODE": "1",
+                                   "SLURM_JOB_NODELIST": "node[110-111]", "SLURM_RESTART_COUNT": str(restart), **env})
+    return proc.returncode, log.read_text(), record.read_text()
+
+
+def test_a_failed_attempt_that_advanced_the_checkpoint_is_requeued_one_that_did_not_stops(tmp_path):
+    # Attempt 1 saves step 0 (none before it) and fails at step 5: progress, requeued.
+    code, log, calls = run_failing_attempt(tmp_path, restart=0, SAVE_AT="0", FAIL_AT="5")
+    assert code == 0 and calls == "scontrol requeue 77\n", log
+    assert "the checkpoint advanced from step none to 0: restart 1 of at most 3 resumes from it" in log
+    assert (tmp_path / ".77.ended").read_text() == "requeued\n"
+    assert not (tmp_path / "run.json").exists()
+    # Attempt 2 resumes at 0 and fails at step 5 again: stopped, with restarts to spare.
+    code, log, calls = run_failing_attempt(tmp_path, restart=1, SAVE_AT="0", FAIL_AT="5")
+    assert code == 1 and calls == "scontrol requeue 77\n", "no second requeue"
+    assert ("NO_PROGRESS: failed at step 5 without advancing the checkpoint from step 0: not requeued "
+            "(2 restarts left unused)") in log
+    assert json.loads((tmp_path / "run.json").read_text()) == {
+        "job_id": 77, "state": "NO_PROGRESS", "exit_code": 1, "step": 5, "checkpoint_step": 0}
+    assert (tmp_path / ".77.ended").read_text() == "1\n"
+
+
+def test_a_training_that_writes_no_checkpoint_is_never_requeued_after_a_failure(tmp_path):
+    code, log, calls = run_failing_attempt(tmp_path, restart=0, FAIL_AT="3")
+    assert code == 1 and calls == "", log
+    assert "the training wrote no checkpoint" in log and "not requeued" in log
+    assert json.loads((tmp_path / "run.json").read_text()) == {"job_id": 77, "state": "FAILED", "exit_code": 1}
+
+
+def test_an_attempt_cut_by_slurm_without_progress_stops_the_next_one_before_training(tmp_path):
+    """A node failure kills the batch shell: its attempt record stays, and the requeued attempt reads it."""
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "checkpoint.json").write_text('{"step": 40}')
+    (tmp_path / ".77.attempt").write_text("40\n")
+    code, log, _ = run_failing_attempt(tmp_path, restart=1, FAIL_AT="1000000")
+    assert code == 76 and "step=41" not in log
+    assert "the last attempt was cut (node failure) without advancing the checkpoint from step 40" in log
+    assert json.loads((tmp_path / "run.json").read_text())["state"] == "NO_PROGRESS"
+    # One that had advanced it trains again.
+    (tmp_path / ".77.attempt").write_text("30\n")
+    (tmp_path / "run.json").unlink()
+    code, log, calls = run_failing_attempt(tmp_path, restart=1, FAIL_AT="45")
+    assert "step=41" in log and code == 1 and "NO_PROGRESS: failed at step 45" in log

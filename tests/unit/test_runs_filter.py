@@ -57,7 +57,7 @@ def test_the_table_lists_slurms_and_collected_jobs_newest_first():
         ["job", "name", "run", "state"], ["12", "train_ddp", "3", "PENDING"], ["11", "train_ddp", "2", "RUNNING"],
         ["10", "train_ddp", "1", "COMPLETED"], ["9", "train_ddp", "1", "TIMEOUT"]]
     assert "PENDING (JobHeldUser)" in lines[1]
-    assert lines[3].split()[4:] == ["0", "node110,node111", "1:15", "0", "/ctl/outputs/train_ddp-10"]
+    assert lines[3].split()[4:] == ["0", "node110,node111", "1:15", "0", "-", "/ctl/outputs/train_ddp-10"]
     assert lines[4].split()[4:7] == ["0", "node110,node111", "1:02:05"]
     # Columns line up: each row's state starts where the header's does.
     assert len({line.index(word) for line, word in zip(lines, ["state", "PENDING", "RUNNING", "COMPLETED", "TIMEOUT"])}) == 1

@@ -43,6 +43,9 @@ class ModuleExit(Exception):
 
 # How the module asks who owns a job given by id (squeue's numeric user id and the exact name).
 IDENTITY = ["squeue", "-h", "-t", "all", "-j"]
+# How the module asks sacct for a final job's attempts (its cost ledger).
+COST = ["sacct", "-j"]
+COST_FIELDS = "JobIDRaw,JobID,State,ElapsedRaw,AllocTRES,Eligible,Start"
 
 
 class ScriptedSlurm:
@@ -58,6 +61,9 @@ class ScriptedSlurm:
         self.calls = []
         self.identity = "0|train-ddp\n"
         self.identity_calls = []
+        # The cost question no test scripted is answered as a cluster without accounting answers it.
+        self.cost = (1, "", "sacct: error: Slurm accounting storage is disabled\n")
+        self.cost_calls = []
 
     def answer(self, command, rc=0, out="", err=""):
         self.script.append((command, (rc, out, err)))
@@ -68,6 +74,10 @@ class ScriptedSlurm:
                 and not (self.script and self.script[0][0][:len(IDENTITY)] == IDENTITY)):
             self.identity_calls.append(args)
             return 0, self.identity, ""
+        if (self.cost is not None and args[:2] == COST and COST_FIELDS in args
+                and not (self.script and COST_FIELDS in self.script[0][0])):
+            self.cost_calls.append(args)
+            return self.cost
         self.calls.append({"argv": args, **kwargs})
         assert self.script, f"unexpected command {args}"
         expected, answer = self.script.pop(0)
@@ -217,7 +227,7 @@ def test_submit_and_follow_to_completed(slurm_cli, clock, script, comment, tmp_p
         "state": "COMPLETED", "outcome": "succeeded", "final": True, "exit_code": 0, "exit_signal": 0,
         "reason": None, "nodes": ["rec1", "rec2"], "elapsed_seconds": 0, "restarts": 0,
         "stdout_path": str(log), "stderr_path": str(log), "log_tail": ["step 97", "step 98", "step 99"],
-        "queries": 8, "state_source": "scontrol", "name": "train-ddp", "partition": "gpu",
+        "queries": 8 + 1, "state_source": "scontrol", "name": "train-ddp", "partition": "gpu",
         "test_only": None,
     }
 
@@ -269,7 +279,7 @@ def test_identical_pending_job_is_followed_not_resubmitted(slurm_cli, clock, scr
     assert slurm_cli.argvs == [SQUEUE, SCONTROL, SCONTROL]
     result = outcome.result
     assert (result["job_id"], result["submitted"], result["found_existing"], result["changed"]) == (1234, False, True, False)
-    assert (result["state"], result["queries"]) == ("COMPLETED", 3)
+    assert (result["state"], result["queries"]) == ("COMPLETED", 3 + 1)  # and the cost's sacct
 
 
 def test_newest_active_copy_wins_and_completing_copies_count(slurm_cli, clock, script, comment, job_output):
@@ -351,7 +361,7 @@ def test_transient_error_is_retried_then_succeeds(slurm_cli, clock, job_output):
     outcome = run_module({"state": "query", "job_id": 1234})
 
     # The owner question (squeue), then three tries.
-    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 4)
+    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 4 + 1)
     assert len(clock.sleeps) == 2
     assert 0.5 <= clock.sleeps[0] <= 0.55 and 1.0 <= clock.sleeps[1] <= 1.1
 
@@ -373,7 +383,7 @@ def test_following_outlives_a_controller_restart(slurm_cli, clock, job_output):
         slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
     slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1})
-    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 1 + 10)
+    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 1 + 10 + 1)
     assert outcome.result["controller_outage_seconds"] > 0
 
 
@@ -411,7 +421,7 @@ def test_sbatch_retried_when_the_controller_did_not_queue_it(slurm_cli, clock, s
     outcome = run_module({"script": script, "job_name": "train-ddp"})
 
     assert [argv[0] for argv in slurm_cli.argvs] == ["squeue", "sbatch", "squeue", "sbatch", "scontrol"]
-    assert (outcome.result["submitted"], outcome.result["job_id"], outcome.result["queries"]) == (True, 1234, 5)
+    assert (outcome.result["submitted"], outcome.result["job_id"], outcome.result["queries"]) == (True, 1234, 5 + 1)
 
 
 def test_sbatch_rejection_is_not_retried(slurm_cli, clock, script):
@@ -739,7 +749,7 @@ def test_the_next_slice_carries_on_without_asking_at_once(slurm_cli, clock, job_
     outcome = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60, "progress_from": previous})
     assert clock.sleeps == [8.0], "the first look waits for the interval the previous slice had reached"
     # The owner came with the previous slice: not asked again.
-    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 1)
+    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 1 + 1)
     assert slurm_cli.identity_calls == []
 
 
@@ -991,7 +1001,7 @@ def test_a_running_job_with_an_end_marker_is_asked_about_at_the_marked_interval(
     slurm_cli.answer(SCONTROL, out=job_output("running"))
     slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"job_id": 1234, "end_marker": str(tmp_path / ".%j.ended"), "marked_poll_interval": 45})
-    assert outcome.result["state"] == "COMPLETED" and outcome.result["queries"] == 1 + 3  # the owner question first
+    assert outcome.result["state"] == "COMPLETED" and outcome.result["queries"] == 1 + 3 + 1  # the owner question first, the cost's sacct last
     # Not 1, 2, 4, 8...: the marker would answer the end, so the safety looks are 45 s apart.
     assert sum(clock.sleeps) == pytest.approx(90) and max(clock.sleeps) <= slurm_job.MARKER_CHECK_INTERVAL
 

@@ -1,0 +1,159 @@
+# -*- coding: utf-8 -*-
+"""What a job cost, across every attempt (requeue) and every array task: GPU-hours (CPU-hours for
+a job without GPUs), the part lost, the steps redone and the time spent waiting in the queue.
+
+Two sources: sacct (``-D`` prints one line per attempt: its state, ElapsedRaw, AllocTRES and the
+times), and the job script's own record, ``attempts-<job id>.tsv`` beside each log
+(templates/train.sbatch.j2): a line when an attempt starts and one when it ends, with the
+checkpoint's step and time, so that the part of a failed attempt after its last checkpoint can be
+told from the part it saved. sacct's figures win where it answers; without accounting the ledger is
+the script's, and says so.
+
+Standard library only: the slurm_job module imports it on the login node.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+# What sacct is asked for the ledger (-n -P -D -X): one line per attempt, oldest first.
+COST_FIELDS = ("JobIDRaw", "JobID", "State", "ElapsedRaw", "AllocTRES", "Eligible", "Start")
+# An attempt that ended in these sacct states lost what it did after its last checkpoint.
+LOST_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
+ATTEMPTS_FILE = "attempts-{job_id}.tsv"
+SOURCE_SACCT = "sacct"
+SOURCE_SCRIPT = "the job script's own record (no accounting: sacct did not answer)"
+
+
+def _int(text):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _time(text):
+    try:
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+    except (TypeError, ValueError):  # Unknown, None
+        return None
+
+
+def tres_count(tres, name):
+    """The count of ``name`` in a TRES list such as ``cpu=8,mem=1G,node=2,billing=8,gres/gpu=4``."""
+    for item in (tres or "").split(","):
+        key, _, value = item.partition("=")
+        if key == name:
+            return _int(value)
+    return None
+
+
+def parse_cost_sacct(stdout):
+    """Attempts from ``sacct -n -P -D -X -o COST_FIELDS``, in sacct's order: dicts of job_id (the
+    task's own, JobIDRaw), task (an array task's id, '' for a plain job), state (its first word), elapsed_seconds, gpus, cpus and queue_seconds
+    (Start - Eligible; None while unknown)."""
+    attempts = []
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        values = line.split("|")
+        if len(values) != len(COST_FIELDS):
+            raise ValueError(f"sacct printed {line!r}: expected {len(COST_FIELDS)} fields {COST_FIELDS}")
+        row = dict(zip(COST_FIELDS, values))
+        eligible, start = _time(row["Eligible"]), _time(row["Start"])
+        attempts.append({
+            "job_id": _int(row["JobIDRaw"]), "task": row["JobID"].partition("_")[2],
+            "state": (row["State"].split() or ["UNKNOWN"])[0],
+            "elapsed_seconds": _int(row["ElapsedRaw"]) or 0,
+            "gpus": tres_count(row["AllocTRES"], "gres/gpu") or 0, "cpus": tres_count(row["AllocTRES"], "cpu") or 0,
+            "queue_seconds": max(0, int((start - eligible).total_seconds())) if eligible and start else None})
+    return attempts
+
+
+def parse_attempts(text):
+    """The job script's record (ATTEMPTS_FILE) as {restart: {"start": {...}, "end": {...} or None}}."""
+    attempts = {}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        kind, restart = fields[0], _int(fields[1]) if len(fields) > 1 else None
+        if restart is None:
+            continue
+        if kind == "start" and len(fields) == 7:
+            attempts[restart] = {"start": {"time": _int(fields[2]), "step": _int(fields[3]), "checkpoint_time": _int(fields[4]),
+                                           "gpus": _int(fields[5]) or 0, "cpus": _int(fields[6]) or 0}, "end": None}
+        elif kind == "end" and len(fields) == 7 and restart in attempts:
+            attempts[restart]["end"] = {"time": _int(fields[2]), "outcome": fields[3], "step": _int(fields[4]),
+                                        "checkpoint_time": _int(fields[5]), "reached": _int(fields[6])}
+    return attempts
+
+
+def _attempt(index, record, following, accounted):
+    """One attempt's line of the ledger: the script's record joined with sacct's (accounted, or None)."""
+    start = (record or {}).get("start") or {}
+    end = (record or {}).get("end")
+    if accounted is not None:
+        elapsed, state = accounted["elapsed_seconds"], accounted["state"]
+        gpus, cpus, queue = accounted["gpus"], accounted["cpus"], accounted["queue_seconds"]
+    else:
+        elapsed = end["time"] - start["time"] if end and end.get("time") and start.get("time") else None
+        state = None
+        gpus, cpus, queue = start.get("gpus", 0), start.get("cpus", 0), None
+    # Cut (no end of its own: a node failure killed the script), the checkpoint it left is the one
+    # the next attempt started from.
+    checkpoint_time = (end or {}).get("checkpoint_time") if end else ((following or {}).get("start") or {}).get("checkpoint_time")
+    failed = (state in LOST_STATES) or (end or {}).get("outcome") == "failed" or (record is not None and end is None
+                                                                                 and following is not None)
+    lost = 0
+    if failed and elapsed is not None:
+        saved = 0
+        if checkpoint_time and start.get("time") and checkpoint_time > start["time"]:
+            saved = min(elapsed, checkpoint_time - start["time"])
+        lost = elapsed - saved
+    return {"restart": index, "state": state or (end or {}).get("outcome") or "cut", "elapsed_seconds": elapsed,
+            "gpus": gpus, "cpus": cpus, "queue_seconds": queue, "lost_seconds": lost if elapsed is not None else None}
+
+
+def ledger(records, accounted=None):
+    """The ledger of one job, or of each task of an array. ``records``: {job id: parse_attempts()}
+    of each task's (or the job's) own id; ``accounted``: parse_cost_sacct() of the job, or None
+    without accounting. Hours are GPU-hours, or CPU-hours when no attempt had a GPU."""
+    tasks = {}
+    if accounted is not None:
+        for row in accounted:
+            tasks.setdefault(row["job_id"], {"rows": [], "record": records.get(row["job_id"]) or {}})["rows"].append(row)
+    else:
+        for job_id, record in records.items():
+            tasks[job_id] = {"rows": None, "record": record}
+    attempts, steps_redone = [], 0
+    for job_id, task in sorted(tasks.items(), key=lambda item: item[0] or 0):
+        record = task["record"]
+        count = len(task["rows"]) if task["rows"] is not None else (max(record) + 1 if record else 0)
+        for index in range(count):
+            line = _attempt(index, record.get(index), record.get(index + 1),
+                            task["rows"][index] if task["rows"] is not None else None)
+            attempts.append({"job_id": job_id, **line})
+            # After a resume, the steps done again: what the last attempt reached past the checkpoint this one took.
+            before, this = record.get(index - 1), record.get(index)
+            reached = ((before or {}).get("end") or {}).get("reached")
+            resumed_at = ((this or {}).get("start") or {}).get("step")
+            if index and reached is not None and resumed_at is not None and reached > resumed_at:
+                steps_redone += reached - resumed_at
+    unit = "GPU" if any(attempt["gpus"] for attempt in attempts) else "CPU"
+    per = "gpus" if unit == "GPU" else "cpus"
+
+    def hours(seconds_key):
+        return round(sum((attempt[seconds_key] or 0) * attempt[per] for attempt in attempts) / 3600, 4)
+
+    known = [attempt["queue_seconds"] for attempt in attempts if attempt["queue_seconds"] is not None]
+    return {"source": SOURCE_SACCT if accounted is not None else SOURCE_SCRIPT, "unit": unit,
+            "hours": hours("elapsed_seconds"), "lost_hours": hours("lost_seconds"), "steps_redone": steps_redone,
+            "queue_seconds": sum(known) if known else None, "attempts": attempts}
+
+
+def cost_line(cost):
+    """summary.txt's line: '0.0125 GPU-hours over 2 attempts, 0.01 lost, 1 step redone, 12 s queued (sacct)'."""
+    queued = f"{cost['queue_seconds']} s queued" if cost.get("queue_seconds") is not None else "time queued unknown"
+    steps = cost.get("steps_redone", 0)
+    return (f"{cost['hours']} {cost['unit']}-hours over {len(cost['attempts'])} attempt"
+            f"{'' if len(cost['attempts']) == 1 else 's'}, {cost['lost_hours']} lost, {steps} step"
+            f"{'' if steps == 1 else 's'} redone, {queued} (from {cost['source']})")
