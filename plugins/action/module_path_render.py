@@ -1,7 +1,6 @@
 # -*- coding: utf-8 -*-
 """Action plugin: check the module path settings and render the profile.d scripts, on the
-controller, in one task (an assert and a set_fact were two: each a round of Ansible's task
-machinery on every node)."""
+controller, in one task: every task is a round of Ansible's task machinery on every node."""
 
 from __future__ import annotations
 

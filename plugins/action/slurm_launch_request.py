@@ -2,11 +2,10 @@
 """Action plugin: check a launch's request and put its job together, on the controller, in one task.
 
 Everything a launch checks before it writes or submits anything, in the order a user fixes it,
-and the job script rendered: what were six tasks of asserts and set_facts, each a round of
-Ansible's task machinery (about 0.1 s), is one pass in Python here. The rules are request_checks'
-(beside it) and the filters' (node_health, sweep, script_path, shell_words, and the cluster role's
-train_job), loaded from their files, so the launch, the preflight, the job templates and the
-Python API share one copy of each.
+and the job script rendered, in one pass in Python. The rules are imported from where they live
+(plugin_utils' request_checks, sweep, script_path and shell_words; the node_health and train_job
+filters), so the launch, the preflight, the job templates and the Python API share one copy of
+each.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 # -*- coding: utf-8 -*-
 """Action plugin: ask a host for its Python and refuse one ansible-core cannot run modules on.
 
-One task where a `raw` probe and an assert on its answer were two: each task is a round of
-Ansible's task machinery on every host. The probe and its rule live here, once: the actions of
-slurm_job and nccl_network_facts apply them too (explain_module_failure), only once their module
-run has failed, so that a launch, and provision.yml's compute nodes, pay no round trip for them.
+The probe and its rule live here, once, in one task (each task is a round of Ansible's task
+machinery on every host): the actions of slurm_job and nccl_network_facts apply them too
+(explain_module_failure), only once their module run has failed, so that a launch, and
+provision.yml's compute nodes, pay no round trip for them.
 """
 
 from __future__ import annotations
