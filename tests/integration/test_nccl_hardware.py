@@ -18,7 +18,7 @@ from cluster import REPO, play_recap
 
 BIN = Path(sys.executable).parent
 SYSFS = REPO / "tests" / "unit" / "fixtures" / "sysfs"
-PLAY = "- name: NCCL role\n  hosts: compute\n  gather_facts: false\n  roles: [nccl_env]\n"
+PLAY = "- name: NCCL role\n  hosts: compute\n  gather_facts: false\n  roles: [hpc.slurm_train.nccl_env]\n"
 NODES = {  # name: (node group, tree, addresses: the first holds the node's cluster address)
     "basepod1": ("gpu_basepod", "dgx_h100_basepod", {"bond0": ["10.77.0.110"], "ibp41s0f0": ["10.30.41.110"]}),
     "cascade1": ("gpu_cascade", "cascade_8gpu", {"eno1": ["10.77.0.130"], "ibp58s0": ["10.30.0.130"]}),
