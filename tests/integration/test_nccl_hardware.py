@@ -4,7 +4,8 @@ single-root cascade server, each in a node group of its own, and an Azure NDv5 V
 ships an /etc/nccl.conf. Each node's nccl.conf is what an admin of that machine writes by hand;
 a second run changes nothing. Local connections (the role only reads the tree and writes files),
 as test_provision.py's nccl_env cases run; then provision.yml on the local cluster's two nodes
-given the BasePOD and the cascade trees."""
+given the BasePOD and the cascade trees: in one node group, the group check names both; each in a
+group of its own, each gets its admin's settings, and the nodes are provisioned as usual after."""
 
 import json
 import shutil
@@ -17,7 +18,7 @@ from cluster import REPO, play_recap
 
 BIN = Path(sys.executable).parent
 SYSFS = REPO / "tests" / "unit" / "fixtures" / "sysfs"
-PLAY = "- name: NCCL role\n  hosts: compute\n  gather_facts: false\n  roles: [nccl_env]\n"
+PLAY = "- name: NCCL role\n  hosts: compute\n  gather_facts: false\n  roles: [hpc.slurm_train.nccl_env]\n"
 NODES = {  # name: (node group, tree, addresses: the first holds the node's cluster address)
     "basepod1": ("gpu_basepod", "dgx_h100_basepod", {"bond0": ["10.77.0.110"], "ibp41s0f0": ["10.30.41.110"]}),
     "cascade1": ("gpu_cascade", "cascade_8gpu", {"eno1": ["10.77.0.130"], "ibp58s0": ["10.30.0.130"]}),
@@ -116,3 +117,61 @@ def test_provision_on_the_local_cluster_with_a_basepod_node_and_a_cascade_node(c
     assert ("group gpu_A6000: NCCL_SOCKET_IFNAME differs between its nodes (node110==bond0, node111==eno1)") in said
     assert "Leaving node110 out of this run" in said and "Leaving node111 out of this run" in said
     assert after == before, "a node left out keeps its nccl.conf"
+
+
+def conf_and_env_settings(text):
+    """The settings lines of an nccl.conf, and of a group env file as jobs source them."""
+    return [line.removeprefix("export ") for line in settings_lines(text)]
+
+
+def test_provision_gives_a_basepod_node_and_a_cascade_node_in_their_own_groups_what_their_admins_write(
+        cluster, tmp_path):
+    # node110 given the DGX H100 BasePOD tree, node111 the cascade tree, each in a node group of
+    # its own (a partition per machine kind, as a site with both would have): each node's
+    # nccl.conf and its group's env file hold what its admin writes (EXPECTED, as for basepod1 and
+    # cascade1 above), with no warning. Then the nodes are provisioned from inventory/local again.
+    nodes = {"node110": ("gpu_basepod", "dgx_h100_basepod", "basepod1", "bond0"),
+             "node111": ("gpu_cascade", "cascade_8gpu", "cascade1", "eno1")}
+    inventory = tmp_path / "inventory"
+    shutil.copytree(cluster.inventory, inventory)
+    # The local cluster's own hosts and addresses, the nodes in the groups of their machine kind.
+    hosts = {"all": {"children": {
+        "login": {"hosts": {"login01": {"ansible_host": cluster.hosts["login01"]["address"]}}},
+        "submit": {"children": {"login": {}}},
+        "nas": {"hosts": {"nas01": {"ansible_host": cluster.hosts["nas01"]["address"]}}},
+        "compute": {"children": {group: {"hosts": {node: {"ansible_host": cluster.hosts[node]["address"]}}}
+                                 for node, (group, _, _, _) in nodes.items()}}}}}
+    (inventory / "hosts.yml").write_text(json.dumps(hosts))
+    (inventory / "host_vars").mkdir()
+    env_dir = cluster.nas / "env"
+    before = {node: cluster.ssh(node, "cat /etc/nccl.conf").stdout for node in nodes}
+    shared = Path(tempfile.mkdtemp(prefix="test-nccl-hardware-", dir=cluster.nas))
+    try:
+        shared.chmod(0o755)
+        for node, (_group, tree, _expected, interface) in nodes.items():
+            shutil.copytree(SYSFS / tree, shared / tree, symlinks=True)
+            # The node's cluster address on the tree's cluster interface (sysfs holds no addresses).
+            (inventory / "host_vars" / f"{node}.yml").write_text(json.dumps({
+                "nccl_env_sysfs_root": str(shared / tree),
+                "nccl_env_ipv4_addresses": {interface: [cluster.hosts[node]["address"]]}}))
+        proc = subprocess.run(["ansible-playbook", "-i", str(inventory), "provision.yml", "--limit", "compute"],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+        confs = {node: cluster.ssh(node, "cat /etc/nccl.conf").stdout for node in nodes}
+        envs = {group: (env_dir / f"nccl-{group}.sh").read_text() if (env_dir / f"nccl-{group}.sh").exists() else ""
+                for group, _, _, _ in nodes.values()}
+    finally:
+        # The usual cluster for the tests after this one: the nodes' nccl.conf from inventory/local.
+        restore = subprocess.run(["ansible-playbook", "-i", str(cluster.inventory), "provision.yml",
+                                  "--limit", "compute"], cwd=REPO, capture_output=True, text=True, timeout=300)
+        for group, _, _, _ in nodes.values():
+            (env_dir / f"nccl-{group}.sh").unlink(missing_ok=True)
+        shutil.rmtree(shared)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    for node, (group, _tree, expected, _interface) in nodes.items():
+        assert settings_lines(confs[node]) == EXPECTED[expected], (node, confs[node])
+        assert f"node group {group}" in confs[node]
+        assert conf_and_env_settings(envs[group]) == EXPECTED[expected], (group, envs[group])
+    # Neither machine's proposal is warned about (no port left to the admin, no rail down).
+    assert "[WARNING]" not in proc.stderr, proc.stderr
+    assert restore.returncode == 0, restore.stdout[-4000:] + restore.stderr[-2000:]
+    assert {node: cluster.ssh(node, "cat /etc/nccl.conf").stdout for node in nodes} == before
