@@ -11,7 +11,7 @@ def test_a_nas_job_template_runs_a_two_node_training_with_plain_sbatch(cluster):
     base = cluster.nas / "tests" / f"job-templates-{uuid.uuid4().hex[:8]}"
     templates, work = base / "templates", base / "work"
     work.mkdir(parents=True)
-    role = subprocess.run(["ansible", "localhost", "-m", "ansible.builtin.include_role", "-a", "name=job_templates",
+    role = subprocess.run(["ansible", "localhost", "-m", "ansible.builtin.include_role", "-a", "name=hpc.slurm_train.job_templates",
                            "-e", f"job_templates_dir={templates}"], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
     assert role.returncode == 0, role.stdout + role.stderr

@@ -50,7 +50,7 @@ NCCL_PLAY = """\
 - name: NCCL role
   hosts: compute
   gather_facts: false
-  roles: [nccl_env]
+  roles: [hpc.slurm_train.nccl_env]
 """
 
 
@@ -96,9 +96,9 @@ def nas(tmp_path):
     os.chmod(nas_root, 0o755)
     shutil.chown(nas_root, NAS_OWNER, NAS_OWNER)
     play = tmp_path / "play.yml"
-    play.write_text(NAS_PLAY.format(roles="[cuda_toolkit, conda]"))
+    play.write_text(NAS_PLAY.format(roles="[hpc.slurm_train.cuda_toolkit, hpc.slurm_train.conda]"))
     # The conda cases need no toolkit: a play of the conda role alone keeps them quick.
-    (tmp_path / "conda.yml").write_text(NAS_PLAY.format(roles="[conda]"))
+    (tmp_path / "conda.yml").write_text(NAS_PLAY.format(roles="[hpc.slurm_train.conda]"))
     variables = {
         "cluster_nas_root": str(nas_root),
         "cuda_toolkit_runfile_controller_path": str(CUDA_RUNFILE),
@@ -191,7 +191,7 @@ def test_the_runfiles_link_to_the_temporary_sibling_is_removed(nas):
     try:
         link_vars = {**variables, "cuda_toolkit_runfile_symlink": str(link_root / "cuda"),
                      "test_env": {"CUDA_STANDIN_SYMLINK_ROOT": str(link_root)}}
-        play.with_name("cuda.yml").write_text(NAS_PLAY.format(roles="[cuda_toolkit]"))
+        play.with_name("cuda.yml").write_text(NAS_PLAY.format(roles="[hpc.slurm_train.cuda_toolkit]"))
         run = playbook(inventory, play.with_name("cuda.yml"), link_vars)
         assert run.returncode == 0, run.stdout[-3000:]
         assert task_outcome(run.stdout, "Remove the runfile's link to the temporary sibling.", "localhost") == "changed"
