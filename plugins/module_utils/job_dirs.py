@@ -619,14 +619,22 @@ def stage_code(params, code_fd, code_root, code_dir, uid, mode, dry, result):
     return True
 
 
+# Python's bytecode cache, which a job's or the preflight's Python writes beside the staged code it
+# imports (the owner's own processes: only the owner may write the code's directory). Never staged
+# (the controller's list_code skips it too), so not part of the code's manifest.
+BYTECODE_CACHE_DIR = "__pycache__"
+
+
 def code_manifest(dir_fd, prefix=""):
     """[(relative path, 'x' or '-', sha256)] of every file under dir_fd, sorted, as the launch's
-    content hash lists them (roles/slurm_launch/action_plugins/job_dir.py's content_hash); anything
-    but a regular file or a directory (a link) is refused, naming it."""
+    content hash lists them (plugins/action/job_dir.py's content_hash), Python's bytecode caches
+    left out; anything but a regular file or a directory (a link) is refused, naming it."""
     entries = []
     for name in sorted(os.listdir(dir_fd)):
         path = f"{prefix}{name}"
         info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if name == BYTECODE_CACHE_DIR and stat.S_ISDIR(info.st_mode):
+            continue
         if stat.S_ISDIR(info.st_mode):
             sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
             try:

@@ -169,6 +169,27 @@ def test_code_changed_in_place_after_staging_is_refused_naming_the_file(tmp_path
         stage(tmp_path, code_hash=code_hash, mode="0750")
 
 
+def test_the_bytecode_python_writes_beside_staged_code_it_imports_is_no_change(tmp_path, jobs):
+    """A job or the preflight imports modules of the staged code as its owner, and Python writes its
+    __pycache__ there: the next launch of the same code reuses it (with or without the manifest)."""
+    files = {"train.py": "import pkg.util\n", "pkg/util.py": "X = 1\n"}
+    code_hash = _real_hash(tmp_path, files)
+    code = Path(stage(tmp_path, code_hash=code_hash, code_archive=str(pack_tree(tmp_path, files)),
+                      mode="0750")["code_dir"])
+    for cache in (code / "__pycache__", code / "pkg" / "__pycache__"):
+        cache.mkdir()
+        (cache / "util.cpython-311.pyc").write_bytes(b"\x00bytecode")
+    assert stage(tmp_path, code_hash=code_hash, mode="0750")["code_present"]
+    (code.parent / f"{code_hash}.manifest").unlink()
+    assert stage(tmp_path, code_hash=code_hash, mode="0750")["code_present"]
+    # Only Python's cache directory is left out: a file of that name is code like any other.
+    (code / "pkg" / "__pycache__" / "util.cpython-311.pyc").unlink()
+    (code / "pkg" / "__pycache__").rmdir()
+    (code / "pkg" / "__pycache__").write_text("x\n")
+    with pytest.raises(job_dirs.Refused, match=f"^the code in {code} changed since it was staged"):
+        stage(tmp_path, code_hash=code_hash, mode="0750")
+
+
 def test_provision_names_a_users_job_directory_someone_else_made():
     foreign = cluster_rules_filters.FilterModule().filters()["cluster_foreign_user_dirs"]
     stats = [
