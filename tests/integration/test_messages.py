@@ -95,7 +95,7 @@ def test_jobs_prints_its_table_as_lines_and_last(cluster, tmp_path):
         lines = table.splitlines()
         assert lines[1:3] == ["ok: [login01] => ", "    msg: |-"], lines
         header = lines[3].split()
-        assert header == ["job", "name", "run", "state", "exit", "nodes", "elapsed", "restarts", "outputs"], lines
+        assert header == ["job", "name", "run", "state", "exit", "nodes", "elapsed", "restarts", "cost", "outputs"], lines
         row = next(line for line in lines if line.startswith(f"        {job_id}  "))
         assert re.split(r"\s{2,}", row.strip())[:4] == [str(job_id), name, "1", "PENDING (JobHeldUser)"], row
         # Its columns line up: each cell starts where its header does.
