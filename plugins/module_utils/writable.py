@@ -24,11 +24,13 @@ def problem_with(directory, min_free_mb, try_write, writes_here=True):
         return f"{directory} is not a directory", None
     stats = os.statvfs(directory)
     free_mb = stats.f_bavail * stats.f_frsize // MB
+    # Whoever makes the directories below, nothing is written on a read-only filesystem.
+    if stats.f_flag & os.ST_RDONLY:
+        return f"{directory} is not writable (read-only filesystem)", free_mb
     if not writes_here:
         try_write = False
     elif not os.access(directory, os.W_OK | os.X_OK):
-        read_only = stats.f_flag & os.ST_RDONLY
-        return f"{directory} is not writable{' (read-only filesystem)' if read_only else ''}", free_mb
+        return f"{directory} is not writable", free_mb
     if try_write:
         try:
             handle, name = tempfile.mkstemp(prefix=".write-test-", dir=directory)

@@ -74,7 +74,20 @@ def test_a_directory_the_user_cannot_write_is_named(capsys, tmp_path, monkeypatc
     result = run(capsys, paths=[str(tmp_path)])
     assert result["msg"] == f"{tmp_path}: {tmp_path} is not writable{said}"
     assert result["free_mb"] == {str(tmp_path): 500}
-    assert asked == [os.W_OK | os.X_OK]  # writing a file in it needs both
+    # Writing a file in it needs both; a read-only filesystem is said before access() is asked.
+    assert asked == ([] if read_only else [os.W_OK | os.X_OK])
+
+
+def test_a_read_only_filesystem_is_said_where_others_make_the_directories_below(tmp_path, monkeypatch):
+    """The launch checks the 0711 jobs root without writing in it (writes_here=False): a read-only
+    filesystem is still named as such, not taken for a full one."""
+    from ansible_collections.hpc.slurm_train.plugins.module_utils import writable
+    monkeypatch.setattr(writable.os, "statvfs", lambda path: statvfs(4, read_only=True))
+    assert writable.problem_with(str(tmp_path), 1024, try_write=True, writes_here=False) == (
+        f"{tmp_path} is not writable (read-only filesystem)", 4)
+    monkeypatch.setattr(writable.os, "statvfs", lambda path: statvfs(4))
+    assert writable.problem_with(str(tmp_path), 1024, try_write=True, writes_here=False) == (
+        f"{tmp_path} has 4 MB free, 1024 MB are needed (is the filesystem full?)", 4)
 
 
 def test_a_write_that_fails_is_named_with_the_kernels_reason(capsys, tmp_path, monkeypatch):
