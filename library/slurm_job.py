@@ -837,6 +837,22 @@ COLLECT_INLINE_MAX_BYTES = 8 * 1024 * 1024
 FEDERATED_JOB_ID_MIN = 1 << 26
 
 
+# How long the cost waits for slurmdbd to record a final job's last attempt (seen: about 2.5 s).
+COST_SACCT_LOOKS = 11
+COST_SACCT_WAIT_SECONDS = 0.5
+
+
+def all_attempts_ended(attempts):
+    """Whether the last attempt sacct lists of each job (each array task) is in a final state."""
+    last = {}
+    for attempt in attempts:
+        last[attempt["job_id"]] = attempt["state"]
+    try:
+        return all(job_state(state).final for state in last.values())
+    except UnknownJobState:
+        return True  # a state this module does not know: take sacct's answer as it is
+
+
 def change_key(job):
     """What a change of the job is (a look after one starts the poll schedule over): its state and
     restarts, and for an array how many of its tasks are final."""
@@ -1092,21 +1108,27 @@ class SlurmClient:
 
     def cost_attempts(self, job_id):
         """Every attempt of the job (of each task of an array) as sacct has them, for the cost
-        ledger (run_cost.parse_cost_sacct); None without accounting. One sacct call, to slurmdbd."""
+        ledger (run_cost.parse_cost_sacct); None without accounting. One sacct call, to slurmdbd,
+        and more only while its record of a final job still shows a last attempt running:
+        slurmctld hands a job's end to slurmdbd a few seconds after the job ends."""
         if self.accounting_problem is not None:
             return None
         argv = ["sacct", "-j", str(job_id), "-n", "-P", "-D", "-X", "-o", ",".join(COST_FIELDS)]
-        rc, out, err = self.run_once(argv) if self.accounting == "auto" else self.run(argv)
-        if rc != 0:
-            if self.accounting != "auto":
-                raise SlurmCommandError("sacct", rc, err)
-            self.accounting_problem = f"sacct failed: {err.strip()}"
-            return None
-        try:
-            attempts = parse_cost_sacct(out)
-        except ValueError:
-            return None
-        return attempts or None
+        for look in range(COST_SACCT_LOOKS):
+            rc, out, err = self.run_once(argv) if self.accounting == "auto" else self.run(argv)
+            if rc != 0:
+                if self.accounting != "auto":
+                    raise SlurmCommandError("sacct", rc, err)
+                self.accounting_problem = f"sacct failed: {err.strip()}"
+                return None
+            try:
+                attempts = parse_cost_sacct(out)
+            except ValueError:
+                return None
+            if all_attempts_ended(attempts) or look == COST_SACCT_LOOKS - 1:
+                return attempts or None
+            time.sleep(COST_SACCT_WAIT_SECONDS)
+        return None
 
     def job_identity(self, job_id):
         """(uid, exact name) of a job slurmctld knows (JOB_IDENTITY_FORMAT), or None."""

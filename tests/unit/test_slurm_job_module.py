@@ -1406,3 +1406,32 @@ def test_a_half_written_line_ends_one_slice_not_every_one(slurm_cli, clock, tmp_
 def test_progress_log_every_may_not_be_negative(slurm_cli, clock):
     assert run_module({"state": "query", "job_id": 1234, "progress_log_every": -1}).result["msg"] == (
         "progress_log_every must be 0 (off) or more seconds, got -1.0")
+
+
+def test_the_cost_waits_for_slurmdbd_to_record_the_final_jobs_last_attempt(clock):
+    """slurmctld hands a job's end to slurmdbd a few seconds later: sacct first shows the last
+    attempt still RUNNING. The cost asks again, every 0.5 s for at most 5 s, until it has ended."""
+    answers = [
+        "7|7|REQUEUED|30|cpu=2,gres/gpu=4|2026-12-07T10:00:00|2026-12-07T10:00:01\n"
+        "7|7|RUNNING|12|cpu=2,gres/gpu=4|2026-12-07T10:00:31|2026-12-07T10:00:33\n",
+        "7|7|REQUEUED|30|cpu=2,gres/gpu=4|2026-12-07T10:00:00|2026-12-07T10:00:01\n"
+        "7|7|FAILED|14|cpu=2,gres/gpu=4|2026-12-07T10:00:31|2026-12-07T10:00:33\n",
+    ]
+    asked = []
+
+    class Module:
+        params = {"accounting": "yes", "environment": {}}
+
+        def run_command(self, argv, **kwargs):
+            asked.append(argv)
+            return 0, answers[min(len(asked), len(answers)) - 1], ""
+
+    attempts = slurm_job.SlurmClient(Module()).cost_attempts(7)
+    assert [(a["state"], a["elapsed_seconds"]) for a in attempts] == [("REQUEUED", 30), ("FAILED", 14)]
+    assert len(asked) == 2 and clock.sleeps == [0.5]
+    # A record that never ends (slurmdbd down) is taken as it is after the last look.
+    answers[1] = answers[0]
+    asked.clear()
+    clock.sleeps.clear()
+    assert slurm_job.SlurmClient(Module()).cost_attempts(7)[1]["state"] == "RUNNING"
+    assert len(asked) == slurm_job.COST_SACCT_LOOKS and sum(clock.sleeps) == pytest.approx(5.0)
