@@ -398,9 +398,10 @@ def fill_placeholders(text, placeholders, staged):
 
 
 def same_file(dir_fd, name, data, mode):
-    """Whether `name` under dir_fd is already a regular file (not a link) of that content and mode."""
+    """Whether `name` under dir_fd is already a regular file (not a link) of that content and mode;
+    a FIFO put there is not waited on."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return False
     with os.fdopen(fd, "rb") as handle:

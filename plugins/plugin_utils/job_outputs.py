@@ -30,6 +30,7 @@ from ansible.errors import AnsibleError
 # The rules the role's filters and the modules already use, each from its one place.
 from ansible_collections.hpc.slurm_train.plugins.filter import runs as _runs
 from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
+from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs as _job_dirs
 from ansible_collections.hpc.slurm_train.plugins.module_utils import run_cost as _run_cost
 from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm as _slurm_utils
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_code as _launch_code
@@ -219,23 +220,10 @@ def _open_folder(path, check):
     return fd, True
 
 
-def _same(folder_fd, name, data):
-    """Whether ``name`` in the folder is already a regular file of FILE_MODE holding ``data``."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder_fd)
-    except OSError:
-        return False
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != FILE_MODE or info.st_size != len(data):
-            return False
-        return handle.read() == data
-
-
 def _put(folder_fd, name, data, check):
     """Write data as ``name`` in the folder through a temporary file (FILE_MODE from the start)
     and a rename, which replaces a link there rather than follow it; True if it changed."""
-    if folder_fd is not None and _same(folder_fd, name, data):
+    if folder_fd is not None and _job_dirs.same_file(folder_fd, name, data, FILE_MODE):
         return False
     if check:
         return True
