@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "scripts" / "mutation.toml"
 OUT = ROOT / "outputs" / "mutation"
 TARGETS = ["plugins/module_utils/*.py", "library/*.py", "plugins/filter/*.py", "plugins/action/*.py",
-           "plugins/plugin_utils/*.py", "bin/local-cluster"]
+           "plugins/plugin_utils/*.py", "roles/slurm_launch/files/gpu_check.py",
+           "roles/slurm_launch/files/preflight/*.py", "slurm_train/*.py", "bin/local-cluster"]
 GOAL = 90.0
 
 

@@ -59,3 +59,72 @@ def test_each_task_of_an_array_is_its_own_attempts():
     assert [(a["job_id"], a["task"]) for a in attempts] == [(61, "0"), (62, "1")]
     cost = run_cost.ledger({}, attempts)
     assert (cost["hours"], cost["queue_seconds"], len(cost["attempts"])) == (round(80 / 3600, 4), 5, 2)
+
+
+def test_an_attempt_cancelled_while_pending_costs_nothing_and_queue_time_is_never_negative():
+    # sacct's line for an attempt cancelled before it started: no allocation, Start Unknown, the
+    # state's "by <uid>" tail; a blank line between records; one started the second it was
+    # eligible; one whose recorded start precedes its eligibility (clocks of two hosts).
+    sacct = ("70|70|CANCELLED by 1000|0||2026-12-07T03:00:00|Unknown\n"
+             "\n"
+             "71|71|COMPLETED|10|cpu=2,mem=1G,node=1|2026-12-07T03:00:10|2026-12-07T03:00:10\n"
+             "72|72|COMPLETED|10|cpu=2,node=1|2026-12-07T03:00:10|2026-12-07T03:00:05\n")
+    attempts = run_cost.parse_cost_sacct(sacct)
+    assert [(a["job_id"], a["state"], a["elapsed_seconds"], a["gpus"], a["cpus"], a["queue_seconds"]) for a in attempts] == [
+        (70, "CANCELLED", 0, 0, 0, None), (71, "COMPLETED", 10, 0, 2, 0), (72, "COMPLETED", 10, 0, 2, 0)]
+
+
+def test_the_scripts_record_counts_gpus_and_cpus_apart_and_skips_what_it_cannot_read():
+    record = ("\n"
+              "start\t0\t1000\t-\t-\t8\t32\n"
+              "end\t3\t1010\tok\t-\t-\t-\n"        # an end without its start: skipped
+              "end\t0\t1100\tok\t-\t-\t-\n"
+              "end\t0\t11")                         # the last line, cut by the 64 KiB read
+    cost = run_cost.ledger({41: run_cost.parse_attempts(record)})
+    assert [(a["restart"], a["state"], a["elapsed_seconds"], a["gpus"], a["cpus"]) for a in cost["attempts"]] == [
+        (0, "ok", 100, 8, 32)]
+    assert (cost["unit"], cost["hours"]) == ("GPU", round(100 * 8 / 3600, 4))
+    cpu_job = run_cost.ledger({42: run_cost.parse_attempts("start\t0\t1000\t-\t-\t0\t8\nend\t0\t1090\tok\t-\t-\t-\n")})
+    assert (cpu_job["unit"], cpu_job["hours"]) == ("CPU", round(90 * 8 / 3600, 4))
+    # Counts the script could not write are counted as none, not guessed.
+    unknown = run_cost.ledger({43: run_cost.parse_attempts("start\t0\t1000\t-\t-\t-\t-\nend\t0\t1090\tok\t-\t-\t-\n")})
+    assert [(a["gpus"], a["cpus"]) for a in unknown["attempts"]] == [(0, 0)] and unknown["hours"] == 0
+
+
+def test_a_cut_attempt_in_the_scripts_record_has_no_known_time_and_adds_no_hours():
+    record = ("start\t0\t1000\t-\t-\t4\t4\n"  # cut: no end line
+              "start\t1\t1200\t3\t1150\t4\t4\n"
+              "end\t1\t1260\tok\t5\t1250\t5\n")
+    cost = run_cost.ledger({41: run_cost.parse_attempts(record)})
+    assert [(a["state"], a["elapsed_seconds"], a["lost_seconds"]) for a in cost["attempts"]] == [
+        ("cut", None, None), ("ok", 60, 0)]
+    assert (cost["hours"], cost["lost_hours"], cost["steps_redone"]) == (round(60 * 4 / 3600, 4), 0, 0)
+    assert run_cost.cost_line(cost).startswith("0.0667 GPU-hours over 2 attempts, 0.0 lost, 0 steps redone, ")
+
+
+def test_with_accounting_only_a_failed_or_cut_attempt_loses_its_time_after_the_checkpoint():
+    sacct = "".join(f"80|80|{state}|{elapsed}|cpu=4,gres/gpu=4,node=1|2026-12-07T03:00:00|2026-12-07T03:00:00\n"
+                    for state, elapsed in (("REQUEUED", 20), ("REQUEUED", 100), ("REQUEUED", 50), ("COMPLETED", 30)))
+    # Attempt 0 left no record (it ended before the script's first line); attempt 1 was cut, and
+    # attempt 2 started from the checkpoint it left at t=1060; attempt 2 stopped at a warning with a
+    # checkpoint, and was requeued: nothing lost.
+    record = ("start\t1\t1000\t-\t-\t4\t4\n"
+              "start\t2\t1200\t3\t1060\t4\t4\n"
+              "end\t2\t1250\tstopped\t4\t1240\t4\n"
+              "start\t3\t1300\t4\t1240\t4\t4\n"
+              "end\t3\t1330\tok\t5\t1325\t5\n")
+    cost = run_cost.ledger({80: run_cost.parse_attempts(record)}, run_cost.parse_cost_sacct(sacct))
+    assert [(a["state"], a["lost_seconds"]) for a in cost["attempts"]] == [
+        ("REQUEUED", 0), ("REQUEUED", 40), ("REQUEUED", 0), ("COMPLETED", 0)]
+    assert cost["lost_hours"] == round(40 * 4 / 3600, 4)
+
+
+def test_one_attempt_reads_as_one_and_tasks_are_listed_by_job_id():
+    records = {62: run_cost.parse_attempts("start\t0\t1000\t-\t-\t1\t2\nend\t0\t1036\tok\t-\t-\t1\n"),
+               61: run_cost.parse_attempts("start\t0\t1000\t-\t-\t1\t2\nend\t0\t1072\tfailed\t-\t-\t1\n"),
+               63: {}}  # its file is there, still empty: no attempt yet
+    cost = run_cost.ledger(records)
+    assert [(a["job_id"], a["state"]) for a in cost["attempts"]] == [(61, "failed"), (62, "ok")]
+    one = run_cost.ledger({62: records[62]})
+    assert run_cost.cost_line(one) == ("0.01 GPU-hours over 1 attempt, 0.0 lost, 0 steps redone, time queued unknown "
+                                       f"(from {run_cost.SOURCE_SCRIPT})")
