@@ -118,3 +118,86 @@ def test_attributes_are_changed_through_a_descriptor_never_through_a_link(tmp_pa
     regular.write_text("x\n")
     node_files.set_attributes(str(regular), os.getuid(), os.getgid(), 0o640)
     assert stat.S_IMODE(regular.stat().st_mode) == 0o640
+
+
+@pytest.mark.parametrize("key", ["path", "content", "owner", "group", "mode"])
+def test_an_entry_without_a_key_is_refused_naming_it(capsys, tmp_path, key):
+    given = entry(tmp_path / "a.conf", "a\n")
+    del given[key]
+    result = run(capsys, [given])
+    assert result["failed"] is True and key in result["msg"] and "missing required arguments" in result["msg"], result["msg"]
+    assert not (tmp_path / "a.conf").exists()
+
+
+def test_a_task_without_files_is_refused(capsys):
+    with patch_module_args({}), pytest.raises(SystemExit):
+        node_files.main()
+    assert json.loads(capsys.readouterr().out)["msg"] == "missing required arguments: files"
+
+
+@pytest.mark.parametrize("mode, allowed", [("0000", True), ("7777", True), ("10000", False), ("-1", False)])
+def test_modes_from_0000_to_7777_are_taken_and_no_other(capsys, tmp_path, mode, allowed):
+    result = run(capsys, [entry(tmp_path / "a.conf", "a\n", mode)], check_mode=True)
+    if allowed:
+        assert "failed" not in result and actions(result) == ["created"], result
+    else:
+        assert result["msg"] == (f"mode '{mode}' of {tmp_path / 'a.conf'} is not allowed: "
+                                 "give permissions from 0000 to 7777")
+
+
+def test_check_mode_leaves_a_mode_alone_and_only_diff_mode_shows_content(capsys, tmp_path):
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("same\n")
+    conf.chmod(0o644)
+    predicted = run(capsys, [entry(conf, "same\n", "0600")], check_mode=True)
+    assert actions(predicted) == ["attributes"] and stat.S_IMODE(conf.stat().st_mode) == 0o644
+    written = run(capsys, [entry(conf, "secret\n", "0600")])
+    assert actions(written) == ["written"] and "diff" not in written, "the content is shown only when --diff asks"
+
+
+def test_a_file_planted_at_the_temporary_name_is_not_written_through(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(node_files.os, "urandom", lambda n: b"\x0a\x0b\x0c\x0d")
+    target = tmp_path / "elsewhere"
+    target.write_text("not ours\n")
+    partial = tmp_path / ".nccl.conf.partial-0a0b0c0d"
+    partial.symlink_to(target)
+    result = run(capsys, [entry(tmp_path / "nccl.conf", "x\n")])
+    assert result["msg"] == f"cannot write {partial}: File exists" and result["files"] == []
+    assert target.read_text() == "not ours\n" and not (tmp_path / "nccl.conf").exists()
+
+
+def test_the_content_is_private_until_its_mode_is_set(capsys, tmp_path, monkeypatch):
+    seen = []
+    real_fchown = os.fchown
+
+    def looking_fchown(fd, uid, gid):
+        seen.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        real_fchown(fd, uid, gid)
+
+    monkeypatch.setattr(node_files.os, "fchown", looking_fchown)
+    old = os.umask(0o022)
+    try:
+        run(capsys, [entry(tmp_path / "a.conf", "a\n", "0644")])
+    finally:
+        os.umask(old)
+    assert seen == [0o600] and stat.S_IMODE((tmp_path / "a.conf").stat().st_mode) == 0o644
+
+
+def test_a_failed_write_leaves_no_temporary_file_and_names_its_error(capsys, tmp_path, monkeypatch):
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(node_files.os, "fsync", full)
+    result = run(capsys, [entry(tmp_path / "a.conf", "a\n")])
+    assert result["msg"] == f"cannot write {tmp_path / 'a.conf'}: No space left on device"
+    assert os.listdir(tmp_path) == []
+
+    def full_and_swept(fd):
+        # A cleanup on the shared directory removed the temporary file first: the write's own
+        # error is still the one reported.
+        for name in os.listdir(tmp_path):
+            os.unlink(tmp_path / name)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(node_files.os, "fsync", full_and_swept)
+    assert run(capsys, [entry(tmp_path / "a.conf", "a\n")])["msg"].endswith(": No space left on device")
