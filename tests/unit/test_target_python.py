@@ -52,6 +52,13 @@ def test_the_probe_runs_in_a_shell_and_quotes_what_it_is_given(tmp_path):
     assert none == "no Python found\n"
 
 
+def fresh_connection():
+    """A connection as a task finds it: no temporary directory made on the host yet."""
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
+    return connection
+
+
 def run_action(answer, task_vars, args=None):
     """The target_python task's result on a host whose shell answers the probe with ``answer``;
     and the commands it ran there (with become or not)."""
@@ -61,7 +68,7 @@ def run_action(answer, task_vars, args=None):
     plugin_loader = init_plugin_loader()
     task = SimpleNamespace(args=args or {}, async_val=0, check_mode=True, action="target_python")
     loader = DataLoader()
-    plugin = target_python.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
+    plugin = target_python.ActionModule(task, fresh_connection(), mock.MagicMock(), loader, Templar(loader=loader),
                                         plugin_loader)
     plugin._load_name = "target_python"  # as the plugin loader names it
     ran = []
@@ -96,7 +103,7 @@ def test_the_task_takes_no_options():
         run_action("", {}, args={"interpreter": "/usr/bin/python3"})
 
 
-def run_nccl_network_facts(module_result, answer):
+def run_nccl_network_facts(module_result, answer, check_mode=False):
     """The nccl_network_facts action's result when its module run returns ``module_result`` and the
     host's shell answers the Python probe with ``answer``; and the probes run."""
     from ansible.parsing.dataloader import DataLoader
@@ -104,9 +111,9 @@ def run_nccl_network_facts(module_result, answer):
 
     from ansible_collections.hpc.slurm_train.plugins.action import nccl_network_facts as action
     plugin_loader = init_plugin_loader()
-    task = SimpleNamespace(args={"detect_ipv4": True}, async_val=0, check_mode=False, action="nccl_network_facts")
+    task = SimpleNamespace(args={"detect_ipv4": True}, async_val=0, check_mode=check_mode, action="nccl_network_facts")
     loader = DataLoader()
-    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
+    plugin = action.ActionModule(task, fresh_connection(), mock.MagicMock(), loader, Templar(loader=loader),
                                  plugin_loader)
     probes = []
     with mock.patch.object(plugin, "_execute_module", return_value=dict(module_result)) as module, \
@@ -140,3 +147,15 @@ def test_the_nccl_detection_asks_nothing_more_when_it_answered_or_failed_for_its
     crash = {"failed": True, "msg": "MODULE FAILURE", "module_stderr": "Traceback ...", "rc": 1}
     result, probes = run_nccl_network_facts(crash, "/usr/bin/python3 Python 3.11.2\n")
     assert result == crash and len(probes) == 1
+
+
+def test_the_nccl_detection_runs_in_check_mode_too():
+    """provision.yml --check reports the NCCL proposal: the detection changes nothing on the node."""
+    answered = {"changed": False, "ansible_facts": {"nccl_network": {"hcas": []}}}
+    assert run_nccl_network_facts(answered, "unused", check_mode=True) == ({**answered}, [])
+
+
+def test_a_long_answer_is_quoted_to_its_first_200_characters():
+    answer = "x" * 199 + "yz" + "z" * 100
+    problem = target_python.target_python_problem(answer, "node110", "2.19.1")
+    assert f"and this host answered {'x' * 199}y. Install" in problem
