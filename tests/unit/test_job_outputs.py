@@ -7,6 +7,7 @@ The submit host is a stand-in: its fetch_file copies a file of this machine, as 
 connection's sftp transfer does (following links), so that a fetch would show."""
 
 import base64
+import errno
 import json
 import shutil
 from types import SimpleNamespace
@@ -233,3 +234,137 @@ def test_a_succeeded_job_and_a_log_without_a_traceback_have_no_failure(tmp_path,
     _, failure, _, shown = collect(tmp_path, killed)
     assert json.loads((tmp_path / "outputs" / "train-7" / "job.json").read_text())["failure"] is None
     assert not [line for line in shown.lines if line.startswith("failure")] and " raised " not in failure
+
+
+def test_the_summary_shows_the_exception_as_python_does_under_its_own_heading(nas, monkeypatch):
+    failure = {"rank": 1, "node": "node110", "type": "ValueError", "message": "bad",
+               "traceback": ['File "train.py", line 3, in <module>', "main()",
+                             'File "train.py", line 2, in main', 'raise ValueError("bad")']}
+    monkeypatch.setattr(job_outputs, "job_failure", lambda job: failure)
+    _, lines, _ = job_outputs.report(finished(nas, state="FAILED", outcome="failed", exit_code=1), STAGED, [], "/out")
+    start = lines.index("failure    rank 1 on node110 raised ValueError: bad")
+    assert lines[start + 1:start + 5] == ['             File "train.py", line 3, in <module>', "               main()",
+                                          '             File "train.py", line 2, in main',
+                                          '               raise ValueError("bad")']
+
+
+@pytest.mark.parametrize("overrides, submitted", [
+    ({}, "yes"),
+    ({"submitted": False, "found_existing": True}, "no: found pending or running: not submitted again"),
+    ({"submitted": False}, "no: followed by job id"),
+])
+def test_the_summary_says_whether_this_launch_submitted_the_job(nas, overrides, submitted):
+    _, lines, _ = job_outputs.report(finished(nas, **overrides), STAGED, [], "/out")
+    assert f"submitted  {submitted}" in lines
+
+
+@pytest.mark.parametrize("stopped, words", [
+    ({"step": 5, "checkpoint_step": 4}, "NO_PROGRESS: failed at step 5 without advancing its checkpoint from step 4"),
+    ({"step": None, "checkpoint_step": 4}, "NO_PROGRESS: failed without advancing its checkpoint from step 4"),
+])
+def test_a_job_its_script_stopped_says_at_which_step(nas, stopped, words):
+    job = finished(nas, state="FAILED", outcome="failed", exit_code=1, restarts=2, no_progress=stopped)
+    _, lines, _ = job_outputs.report(job, STAGED, [], "/out")
+    assert f"stopped    {words}: not requeued again (restart 2)" in " ".join(lines)
+
+
+def test_a_sweep_reports_each_point_with_its_arguments_and_the_ones_that_did_not_complete(tmp_path, nas):
+    tasks = [{"task": 0, "job_id": 8, "state": "COMPLETED", "exit_code": 0, "elapsed_seconds": 10,
+              "log_last_line": "done", "stdout_path": str(nas / "train-7_0.out")},
+             {"task": 1, "job_id": 9, "state": "FAILED", "exit_code": 1, "elapsed_seconds": 4,
+              "log_last_line": "boom", "stdout_path": str(nas / "train-7_1.out")}]
+    job = finished(nas, state="FAILED", outcome="failed", exit_code=1, tasks=tasks, tasks_done=2, tasks_total=2)
+    _, failure, _, shown = collect(tmp_path, job, points=[[["lr", 0.1]], [["lr", 0.01]]])
+    assert "points     2 of 2 final, 1 completed" in shown.lines
+    assert [line.split() for line in shown.lines if line.startswith("  ")][1:] == [
+        ["0", "lr=0.1", "COMPLETED", "0", "10", "done"], ["1", "lr=0.01", "FAILED", "1", "4", "boom"]]
+    assert "\npoints that did not complete: point 1 (lr=0.01) ended FAILED, exit code 1\nlast lines of " in failure
+    record = json.loads((tmp_path / "outputs" / "train-7" / "job.json").read_text())
+    assert [(row["task"], row["args"]) for row in record["points"]] == [(0, "lr=0.1"), (1, "lr=0.01")]
+
+
+def test_a_plain_jobs_summary_has_no_sweep_lines(tmp_path, nas):
+    _, _, _, shown = collect(tmp_path, finished(nas))
+    assert not [line for line in shown.lines if line.startswith(("points", "  "))]
+
+
+def test_a_file_where_the_outputs_folder_goes_is_refused_and_left_as_it_was(tmp_path, nas):
+    (tmp_path / "outputs").mkdir()
+    there = tmp_path / "outputs" / "train-7"
+    there.write_text("someone's notes\n")
+    there.chmod(0o644)
+    with pytest.raises(AnsibleError, match=r"is not a directory \(a link or a file is there\)"):
+        collect(tmp_path, finished(nas))
+    assert (there.read_text(), there.stat().st_mode & 0o777) == ("someone's notes\n", 0o644)
+
+
+def test_a_link_planted_at_the_temporary_name_is_not_written_through(tmp_path, nas, monkeypatch):
+    monkeypatch.setattr(job_outputs.os, "urandom", lambda n: b"\x0a\x0b\x0c\x0d")
+    outputs = tmp_path / "outputs" / "train-7"
+    outputs.mkdir(parents=True, mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("not to be written\n")
+    (outputs / ".job.json.partial-0a0b0c0d").symlink_to(elsewhere)
+    with pytest.raises(FileExistsError):
+        collect(tmp_path, finished(nas))
+    assert elsewhere.read_text() == "not to be written\n"
+
+
+def test_jobs_collected_one_after_another_share_the_outputs_directory(tmp_path, nas):
+    collect(tmp_path, finished(nas))
+    collect(tmp_path, finished(nas, job_id=8))
+    assert sorted(p.name for p in (tmp_path / "outputs").iterdir()) == ["train-7", "train-8"]
+
+
+def test_a_folder_made_at_the_same_moment_by_another_collect_is_used(tmp_path, nas, monkeypatch):
+    real_mkdir = job_outputs.os.mkdir
+
+    def racing_mkdir(path, mode=0o777):
+        real_mkdir(path, mode)
+        raise FileExistsError(17, "File exists", path)
+
+    monkeypatch.setattr(job_outputs.os, "mkdir", racing_mkdir)
+    collected, _, _, _ = collect(tmp_path, finished(nas))
+    assert (tmp_path / "outputs" / "train-7" / "job.json").is_file() and collected["changed"] is True
+
+
+def test_a_rerun_reports_a_change_only_when_it_makes_one(tmp_path, nas):
+    outputs = tmp_path / "outputs" / "train-7"
+    collect(tmp_path, finished(nas))
+    outputs.chmod(0o755)
+    widened, _, _, _ = collect(tmp_path, finished(nas))
+    assert widened["changed"] is True and outputs.stat().st_mode & 0o777 == 0o700
+    predicted, _, _, _ = collect(tmp_path, finished(nas, elapsed_seconds=13), check_mode=True)
+    assert predicted["changed"] is True and '"elapsed_seconds": 12' in (outputs / "job.json").read_text()
+    rewritten, _, _, _ = collect(tmp_path, finished(nas, elapsed_seconds=13))
+    assert rewritten["changed"] is True and '"elapsed_seconds": 13' in (outputs / "job.json").read_text()
+
+
+def test_a_log_left_out_does_not_stop_the_script_coming_back(tmp_path, nas):
+    script = nas / "train-7.sbatch"
+    job = finished(nas, collected_files={str(script): base64.b64encode(b"#!/bin/bash\n").decode()},
+                   collected_skipped={str(nas / "train-7.out"): "a link or not a directory on the way"})
+    collected, _, _, _ = collect(tmp_path, job)
+    assert (collected["fetched"], collected["not_fetched"]) == ([str(script)], [str(nas / "train-7.out")])
+    assert (tmp_path / "outputs" / "train-7" / "train-7.sbatch").read_text() == "#!/bin/bash\n"
+
+
+def test_a_write_that_fails_leaves_no_temporary_file_and_raises_its_own_error(tmp_path, nas, monkeypatch):
+    outputs = tmp_path / "outputs" / "train-7"
+    outputs.mkdir(parents=True, mode=0o700)
+    (outputs / "summary.txt").mkdir()  # a directory where a file goes: the rename fails
+    with pytest.raises(IsADirectoryError):
+        collect(tmp_path, finished(nas))
+    assert sorted(p.name for p in outputs.iterdir()) == ["job.json", "summary.txt"]
+
+    def swept_then_failing(src, dst, **kwargs):
+        # The NAS failed the rename, and a cleanup had removed the temporary file: the rename's own
+        # error is the one raised, not the cleanup's.
+        job_outputs.os.unlink(src, dir_fd=kwargs["src_dir_fd"])
+        raise OSError(errno.EIO, "Input/output error")
+
+    (outputs / "summary.txt").rmdir()
+    monkeypatch.setattr(job_outputs.os, "rename", swept_then_failing)
+    with pytest.raises(OSError) as raised:
+        collect(tmp_path, finished(nas, elapsed_seconds=99))
+    assert raised.value.errno == errno.EIO

@@ -368,6 +368,8 @@ def test_with_collect_a_job_that_did_not_succeed_fails_the_task_with_its_outputs
 def test_collect_with_an_unknown_key_is_refused_before_the_module_runs(tmp_path):
     with pytest.raises(action.AnsibleActionFail, match=r"collect has unknown keys \['dest'\] or lacks \['jobs_dir'\]"):
         run_slices([], collect={"outputs_dir": str(tmp_path), "dest": "x"})
+    with pytest.raises(action.AnsibleActionFail, match=r"collect has unknown keys \[\] or lacks \['outputs_dir'\]"):
+        run_slices([], collect={"jobs_dir": str(tmp_path)})
 
 
 def test_a_missing_expected_file_fails_the_task_with_the_tasks_message(tmp_path):
