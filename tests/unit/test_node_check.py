@@ -6,8 +6,12 @@ GID index for NCCL 2.21+), faults included, so the preflight and provision agree
 
 import importlib.util
 import json
+import os
 import shutil
+import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import ansible.module_utils._internal
 import pytest
@@ -142,3 +146,199 @@ def test_the_nccl_version_torch_reports_decides_the_gid_index_as_in_provision(no
     settings = config("hgx_roce_bond", nccl_version="", cluster_addresses={"dgx1": "10.77.0.120"})
     assert node_check.detect_network(settings, "dgx1", "2.21.5")["proposed"].get("NCCL_IB_GID_INDEX") is None
     assert node_check.detect_network(settings, "dgx1", "2.18.3")["proposed"]["NCCL_IB_GID_INDEX"] == "3"
+
+
+def executable(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def node_env(tmp_path):
+    """A node's toolkit and training env, stand-ins that answer as the real programs do: nvcc
+    --version, a venv whose python imports torch and prints gpu_check.py's --facts line."""
+    executable(tmp_path / "cuda" / "bin" / "nvcc", "#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+               "echo 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    venv = tmp_path / "venv"
+    executable(venv / "bin" / "activate", f'PATH="{venv}/bin:$PATH"\n')
+    executable(venv / "bin" / "python", "#!/bin/sh\n"
+               'if [ "$1" = -c ]; then echo "torch 2.3.0 ($0)"; exit 0; fi\n'
+               'echo "a warning first"; echo "and another"\n'
+               'echo \'{"drivers": ["535.104.05"], "nccl": "2.21.5", "device_count": 8}\'\n')
+    return tmp_path
+
+
+def test_the_toolkit_check_reports_nvccs_release_or_why_it_has_none(node_check, node_env, tmp_path):
+    assert node_check.check_cuda("") == {"cuda": "", "cuda_error": ""}
+    assert node_check.check_cuda(str(node_env / "cuda")) == {"cuda": "release 12.4", "cuda_error": ""}
+    assert "No such file or directory" in node_check.check_cuda(str(tmp_path / "none"))["cuda_error"]
+    noisy = tmp_path / "noisy"
+    executable(noisy / "bin" / "nvcc", "#!/bin/sh\nprintf 'e%.0s' $(seq 300) >&2; printf 'TAIL' >&2; exit 1\n")
+    error = node_check.check_cuda(str(noisy))["cuda_error"]
+    assert error == "e" * 196 + "TAIL", "an error's last 200 characters"
+    silent = tmp_path / "silent"
+    executable(silent / "bin" / "nvcc", "#!/bin/sh\necho 'Cuda compilation tools, release 12.4'\nexit 3\n")
+    assert node_check.check_cuda(str(silent)) == {"cuda": "", "cuda_error": "Cuda compilation tools, release 12.4"}
+    executable(silent / "bin" / "nvcc", "#!/bin/sh\nexit 3\n")
+    assert node_check.check_cuda(str(silent)) == {"cuda": "", "cuda_error": "exit 3"}
+
+
+def settings(node_env, **more):
+    return {"venv": "", "conda_root": "", "conda_env": "", "cuda_home": str(node_env / "cuda"), "gpus_per_node": 0,
+            **more}
+
+
+def test_the_training_env_is_activated_as_the_job_activates_it(node_check, node_env, tmp_path):
+    assert node_check.check_python(settings(node_env)) == {"python": "", "python_error": ""}
+    venv = str(node_env / "venv")
+    assert node_check.check_python(settings(node_env, venv=venv)) == {
+        "python": f"torch 2.3.0 ({venv}/bin/python)", "python_error": ""}
+    conda = tmp_path / "conda"
+    executable(conda / "etc" / "profile.d" / "conda.sh",
+               f'conda() {{ [ "$1" = activate ] && [ "$2" = "{conda}/envs/train" ] && PATH="{node_env}/venv/bin:$PATH"; }}\n')
+    assert node_check.check_python(settings(node_env, conda_root=str(conda), conda_env="train"))["python"].startswith(
+        "torch 2.3.0 (")
+    executable(node_env / "venv" / "bin" / "python", "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\n"
+               "exit 1\n")
+    assert node_check.check_python(settings(node_env, venv=venv)) == {
+        "python": "", "python_error": "ModuleNotFoundError: No module named 'torch'"}
+    executable(node_env / "venv" / "bin" / "python", "#!/bin/sh\nexit 4\n")
+    assert node_check.check_python(settings(node_env, venv=venv))["python_error"] == "exit 4"
+
+
+def test_on_a_gpu_job_the_gpus_are_seen_as_the_jobs_own_check_sees_them(node_check, node_env, tmp_path):
+    assert node_check.check_gpus(settings(node_env)) == {}
+    venv = str(node_env / "venv")
+    assert node_check.check_gpus(settings(node_env, venv=venv, gpus_per_node=8)) == {
+        "drivers": ["535.104.05"], "nccl": "2.21.5", "device_count": 8}
+    conda = tmp_path / "conda"
+    executable(conda / "etc" / "profile.d" / "conda.sh",
+               f'conda() {{ [ "$1" = activate ] && [ "$2" = "{conda}/envs/train" ] && PATH="{node_env}/venv/bin:$PATH"; }}\n')
+    assert node_check.check_gpus(settings(node_env, conda_root=str(conda), conda_env="train", gpus_per_node=8))["nccl"] \
+        == "2.21.5"
+    executable(node_env / "venv" / "bin" / "python", "#!/bin/sh\necho 'RuntimeError: CUDA driver too old' >&2\nexit 1\n")
+    failed = node_check.check_gpus(settings(node_env, venv=venv, gpus_per_node=8))
+    assert (failed["torch_error"], failed["cuda_home"], failed["toolkit"]) == (
+        "RuntimeError: CUDA driver too old", str(node_env / "cuda"), None)
+    assert "drivers" in failed and "driver_error" in failed
+    executable(node_env / "venv" / "bin" / "python", "#!/bin/sh\necho 'not json'\n")
+    assert node_check.check_gpus(settings(node_env, venv=venv, gpus_per_node=8))["torch_error"] == "not json"
+    executable(node_env / "venv" / "bin" / "python", "#!/bin/sh\nexit 0\n")
+    assert node_check.check_gpus(settings(node_env, venv=venv, gpus_per_node=8))["torch_error"] == "exit 0"
+
+
+def test_the_nodes_addresses_are_read_from_iproute2_and_the_overrides_win(node_check, monkeypatch):
+    addresses = node_check.ipv4_addresses()
+    assert addresses["lo"] == ["127.0.0.1"]
+    found = node_check.detect_network(config("ib_single", ipv4_overrides={"eno1": ["10.77.0.5"]},
+                                             cluster_addresses={}), "n1")
+    assert [i["ipv4"] for i in found["interfaces"] if i["name"] == "eno1"] == [["10.77.0.5"]]
+    monkeypatch.setattr(node_check, "run", lambda argv, timeout=120: (1, "", "ip: not found"))
+    assert node_check.ipv4_addresses() is None
+    unknown = node_check.detect_network(config("ib_single", cluster_addresses={}), "n1")
+    assert "ip -j addr show failed: the interfaces' IPv4 addresses are unknown" in unknown["warnings"]
+    assert "ip -j addr show failed: the interfaces' IPv4 addresses are unknown" not in found["warnings"]
+
+
+def test_a_barrier_returns_as_soon_as_every_node_is_there_or_at_its_deadline(node_check, tmp_path):
+    import threading
+    import time
+
+    (tmp_path / "a.addr").write_text("{}")
+    later = threading.Timer(0.3, lambda: (tmp_path / "b.addr").write_text("{}"))
+    later.start()
+    began = time.monotonic()
+    assert [p.rsplit("/", 1)[1] for p in node_check.wait_for_files(str(tmp_path / "*.addr"), 2, 30)] == [
+        "a.addr", "b.addr"]
+    assert time.monotonic() - began < 20, "returned when the second came, not at the deadline"
+    began = time.monotonic()
+    assert len(node_check.wait_for_files(str(tmp_path / "*.addr"), 3, 0.5)) == 2
+    assert 0.4 < time.monotonic() - began < 20
+
+
+def node_check_config(tmp_path, node_env, **more):
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("NCCL_SOCKET_IFNAME==eno1\nNCCL_DEBUG=WARN\n")
+    env_file = tmp_path / "nccl-g.sh"
+    env_file.write_text("NCCL_DEBUG=INFO\n")
+    path = tmp_path / "check.json"
+    path.write_text(json.dumps({
+        **config("ib_single", ipv4_overrides={"eno1": ["127.0.0.1"]}, cluster_addresses={}),
+        "cuda_home": str(node_env / "cuda"), "venv": str(node_env / "venv"), "nccl_conf": str(conf),
+        "nccl_env_file": str(env_file), "connect_timeout": 5, "gpus_per_node": 0, **more}))
+    return path
+
+
+def test_every_node_reaches_every_other_and_the_first_gathers_what_all_found(node_check, node_env, tmp_path):
+    program = str(Path(node_check.__file__).parent / "node_check.py")
+    results = tmp_path / "results"
+    results.mkdir()
+    # A third node whose port nothing listens on any more: the others name it unreachable.
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    (results / "n3.addr").write_text(json.dumps({"node": "n3", "address": "127.0.0.1", "port": port}))
+    (results / "n3.json").write_text(json.dumps({"node": "n3"}))
+    cfg = node_check_config(tmp_path, node_env)
+    env = {**os.environ, "HOME": str(tmp_path), "SLURM_JOB_NUM_NODES": "3"}
+    procs = [subprocess.Popen([sys.executable, program, "--config", str(cfg), "--results", str(results)],
+                              env={**env, "SLURMD_NODENAME": node, "SLURM_NODEID": node_id},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for node, node_id in (("n1", "0"), ("n2", "1"))]
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert (proc.returncode, err) == (0, ""), (out, err)
+    gathered = json.loads((results / "all.json").read_text())
+    assert gathered["nodes"] == 3 and [r["node"] for r in gathered["results"]] == ["n1", "n2", "n3"]
+    n1 = gathered["results"][0]
+    assert (n1["cuda"], n1["python"], n1["gpu"]) == ("release 12.4", f"torch 2.3.0 ({node_env}/venv/bin/python)", {})
+    assert (n1["interface"], n1["socket_ifname"], n1["address"], n1["peers_seen"]) == ("eno1", "=eno1", "127.0.0.1", 3)
+    assert n1["job"] == {"NCCL_SOCKET_IFNAME": "=eno1", "NCCL_DEBUG": "INFO"} and n1["nccl_env_file_found"] is True
+    assert n1["conf"] == {"NCCL_SOCKET_IFNAME": "=eno1", "NCCL_DEBUG": "WARN"} and n1["user_conf"] is None
+    assert n1["reach"]["n2"] == "" and set(n1["reach"]) == {"n2", "n3"}
+    assert n1["reach"]["n3"].startswith(f"127.0.0.1:{port}: ") and "refused" in n1["reach"]["n3"]
+    assert json.loads((results / "n2.json").read_text())["reach"]["n1"] == ""
+    assert sorted(p.name for p in results.iterdir()) == ["all.json", "n1.addr", "n1.json", "n2.addr", "n2.json",
+                                                         "n3.addr", "n3.json"], "no partial file is left"
+
+
+def test_a_node_alone_names_itself_from_its_host_name_and_a_rerun_gathers_again(node_check, node_env, tmp_path,
+                                                                                 monkeypatch):
+    (tmp_path / ".nccl.conf").write_text("NCCL_IB_HCA=mlx5_0\n")
+    cfg = node_check_config(tmp_path, node_env, nccl_env_file="")
+    results = tmp_path / "results"
+    for key in ("SLURMD_NODENAME", "SLURM_JOB_NUM_NODES", "SLURM_NODEID", "NCCL_CONF_FILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(node_check.socket, "gethostname", lambda: "cn01.cluster.example")
+    monkeypatch.setattr(sys, "argv", ["node_check.py", "--config", str(cfg), "--results", str(results)])
+    for _ in range(2):
+        assert node_check.main() == 0
+        gathered = json.loads((results / "all.json").read_text())
+        assert gathered["nodes"] == 1 and [r["node"] for r in gathered["results"]] == ["cn01"]
+    found = gathered["results"][0]
+    assert (found["nccl_env_file_found"], found["reach"], found["peers_seen"]) == (True, {}, 1)
+    assert found["user_conf"] == {"path": str(tmp_path / ".nccl.conf"), "settings": {"NCCL_IB_HCA": "mlx5_0"}}
+    assert found["job"] == {"NCCL_SOCKET_IFNAME": "=eno1", "NCCL_DEBUG": "WARN", "NCCL_IB_HCA": "mlx5_0"}
+
+
+def test_the_env_files_nccl_conf_file_names_the_users_file_and_a_missing_env_file_is_said(node_check, node_env,
+                                                                                          tmp_path, monkeypatch):
+    (tmp_path / "mine.conf").write_text("NCCL_DEBUG=TRACE\n")
+    cfg = node_check_config(tmp_path, node_env)
+    (tmp_path / "nccl-g.sh").write_text(f"NCCL_CONF_FILE={tmp_path / 'mine.conf'}\n")
+    results = tmp_path / "results"
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    monkeypatch.setenv("HOME", str(tmp_path / "nohome"))
+    monkeypatch.setattr(sys, "argv", ["node_check.py", "--config", str(cfg), "--results", str(results)])
+    assert node_check.main() == 0
+    found = json.loads((results / "n1.json").read_text())
+    assert found["user_conf"] == {"path": str(tmp_path / "mine.conf"), "settings": {"NCCL_DEBUG": "TRACE"}}
+    (tmp_path / "nccl-g.sh").unlink()
+    assert node_check.main() == 0
+    found = json.loads((results / "n1.json").read_text())
+    assert found["nccl_env_file_found"] is False and found["user_conf"] is None
