@@ -242,3 +242,24 @@ def test_caller_values_are_data_on_the_controller_never_templates(monkeypatch, t
             slurm_train.launch(job_id=12, **{key: "x"})
         assert str(raised.value).startswith(f"{key}: the API takes the launch's own keys only")
         assert calls == []
+
+
+def test_values_given_without_a_script_are_checked_alone():
+    with pytest.raises(ValueError, match=r"time_limit"):
+        _rules.check_values({"nodes": "node110", "time_limit": "soon"})
+    assert _rules.check_values({"nodes": "node110"}) is None
+
+
+def test_the_variables_suggested_are_the_first_submit_hosts_and_the_cluster_roles_defaults(tmp_path):
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[submit]\nlogin-a cluster_site_a=1\nlogin-b cluster_site_b=1\n")
+    names = _rules.prefixed_variables(inventory)
+    assert "cluster_site_a" in names and "cluster_site_b" not in names
+    assert "cluster_jobs_dir" in names, "a default of the cluster role"
+    # group_vars that do not parse: the playbook says why; the suggestions keep the defaults.
+    broken = tmp_path / "broken"
+    (broken / "group_vars").mkdir(parents=True)
+    (broken / "hosts.ini").write_text("[submit]\nlogin-a cluster_site_a=1\n")
+    (broken / "group_vars" / "all.yml").write_text("cluster_x: [unclosed\n")
+    names = _rules.prefixed_variables(broken / "hosts.ini")
+    assert "cluster_jobs_dir" in names and "cluster_site_a" not in names
