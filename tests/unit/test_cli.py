@@ -154,3 +154,53 @@ def test_a_failed_job_prints_its_summary_and_the_exception(monkeypatch, capsys):
     shown = capsys.readouterr()
     assert f"failure    {raised}" in shown.out.splitlines()
     assert shown.err.splitlines()[1] == raised
+
+
+def test_preflight_takes_where_a_job_runs_and_prints_the_summary(monkeypatch, capsys):
+    seen = []
+
+    def preflight(**kwargs):
+        seen.append(kwargs)
+        return ["node      checks", "node110   ok", "node111   ok"]
+
+    monkeypatch.setattr(api, "preflight", preflight)
+    assert cli.main(["preflight", "--nodes", "node110,node111", "--partition", "gpu", "--user", "bob"]) == 0
+    (kwargs,) = seen
+    assert kwargs.pop("on_line") is cli._show
+    assert kwargs == {"inventory": None, "user": "bob", "nodes": "node110,node111", "partition": "gpu"}
+    assert capsys.readouterr().out.splitlines() == ["node      checks", "node110   ok", "node111   ok"]
+
+
+def test_a_command_is_required(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main([])
+    assert done.value.code == 2 and "the following arguments are required: COMMAND" in capsys.readouterr().err
+
+
+def test_a_failed_playbook_exits_1_with_its_message(monkeypatch, capsys):
+    def logs(job_id, **kwargs):
+        raise api.LaunchError("job 5 belongs to bob, not to alice")
+
+    monkeypatch.setattr(api, "logs", logs)
+    assert cli.main(["logs", "5"]) == 1
+    assert capsys.readouterr().err == "slurm-train logs: job 5 belongs to bob, not to alice\n"
+
+
+def test_a_misspelt_option_with_a_long_value_is_still_named(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["launch", TRAINER, "--nodse=node110,node111,node112,node113"])
+    assert "--nodse=node110,node111,node112,node113 (did you mean --nodes?)" in capsys.readouterr().err
+
+
+def test_the_command_line_is_read_from_sys_argv(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["slurm-train", "jobs", "--all"])
+    shown = []
+    monkeypatch.setattr(api, "jobs", lambda show_all, **kwargs: shown.append(show_all) or [])
+    assert cli.main() == 0 and shown == [True]
+
+
+def test_an_option_cut_short_is_refused_not_guessed(monkeypatch, capsys):
+    monkeypatch.setattr(api, "jobs", lambda *a, **k: pytest.fail("nothing may run"))
+    with pytest.raises(SystemExit) as done:
+        cli.main(["jobs", "--inv", "hosts.ini"])
+    assert done.value.code == 2 and "unrecognized arguments: --inv" in capsys.readouterr().err
