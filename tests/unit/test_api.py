@@ -263,3 +263,139 @@ def test_the_variables_suggested_are_the_first_submit_hosts_and_the_cluster_role
     (broken / "group_vars" / "all.yml").write_text("cluster_x: [unclosed\n")
     names = _rules.prefixed_variables(broken / "hosts.ini")
     assert "cluster_jobs_dir" in names and "cluster_site_a" not in names
+
+
+def _playing(monkeypatch, events, status="successful"):
+    """ansible-runner as a stand-in that sends ``events`` and ends ``status``; the -e values each run was given."""
+    given = []
+
+    class Ended:
+        rc = 0 if status == "successful" else 2
+
+    Ended.status = status
+
+    def run(**kwargs):
+        given.append(_written(kwargs))
+        for event in events:
+            kwargs["event_handler"](event)
+        return Ended()
+
+    monkeypatch.setattr(_playbook.ansible_runner, "run", run)
+    return given
+
+
+def _task(kind, action, res):
+    return {"event": kind, "event_data": {"task_action": action, "task": "a task", "res": res}}
+
+
+def _active(job_id):
+    return {"job_id": job_id, "name": f"j{job_id}", "state": "RUNNING", "reason": "", "nodes": "node110",
+            "elapsed": "0:01", "work_dir": f"/nas/jobs/alice/j{job_id}/runs/1"}
+
+
+def test_jobs_lists_slurms_jobs_and_the_collected_ones_newest_first(monkeypatch, tmp_path):
+    done = tmp_path / "done-11"
+    done.mkdir()
+    (done / "job.json").write_text(json.dumps({
+        "job_id": 11, "name": "done", "user": "alice", "state": "COMPLETED", "exit_code": 0, "nodes": ["node110"],
+        "elapsed_seconds": 65, "restarts": 0, "stdout_path": "/nas/jobs/alice/done/runs/1/done-11.out"}))
+    files = [{"path": str(done / "job.json")}, {"path": str(tmp_path / "gone-10" / "job.json")}]
+    active = [_active(job_id) for job_id in range(100, 121)]  # 21 pending or running
+    given = _playing(monkeypatch, [_task("runner_on_ok", "hpc.slurm_train.slurm_job", {"jobs": active, "user": "alice"}),
+                                   _task("runner_on_ok", "ansible.builtin.find", {"files": files})])
+    shown = slurm_train.jobs()
+    assert len(shown) == _rules.runs.JOBS_SHOWN and shown[0]["job"] == "120" and given[0]["all"] is False
+    every = slurm_train.jobs(all=True)
+    assert [row["job"] for row in every][-2:] == ["100", "11"] and given[1]["all"] is True
+    assert every[-1]["state"] == "COMPLETED" and every[-1]["outputs"] == str(done)
+
+
+def test_jobs_fails_with_the_playbooks_message_or_when_nothing_was_listed(monkeypatch):
+    _playing(monkeypatch, [_task("runner_on_failed", "ansible.builtin.command", {"failed": True, "msg": "squeue: no"})],
+             status="failed")
+    with pytest.raises(slurm_train.LaunchError, match="^squeue: no$"):
+        slurm_train.jobs()
+    _playing(monkeypatch, [])
+    with pytest.raises(slurm_train.LaunchError, match=r"^jobs.yml listed no jobs"):
+        slurm_train.jobs()
+
+
+def test_logs_gives_the_jobs_own_lines_and_its_end(monkeypatch):
+    _playing(monkeypatch, [{"event": "verbose", "stdout": "job 5 (t): RUNNING on node110"},
+                           {"event": "verbose", "stdout": "  5 | step 1 | loss 0.5\n  6 | another job's line"},
+                           _task("runner_on_ok", "hpc.slurm_train.slurm_job",
+                                 {"job_id": 5, "name": "t", "state": "COMPLETED", "exit_code": 0,
+                                  "outcome": "succeeded", "final": True})])
+    lines = []
+    result = slurm_train.logs(5, on_line=lines.append)
+    assert lines == ["step 1 | loss 0.5"]
+    assert (result.job_id, result.name, result.state, result.outcome, result.final) == (5, "t", "COMPLETED",
+                                                                                       "succeeded", True)
+    assert slurm_train.logs(5).state == "COMPLETED", "without on_line the lines are not asked for"
+
+
+def test_cancel_and_logs_fail_with_the_playbooks_message_and_the_job_if_one_was_found(monkeypatch):
+    _playing(monkeypatch, [_task("runner_on_failed", "hpc.slurm_train.slurm_job",
+                                 {"failed": True, "msg": "job 5 belongs to bob, not to alice", "job_id": 5})],
+             status="failed")
+    with pytest.raises(slurm_train.LaunchError) as raised:
+        slurm_train.cancel(job_id=5)
+    assert (raised.value.message, raised.value.job_id) == ("job 5 belongs to bob, not to alice", 5)
+    _playing(monkeypatch, [_task("runner_on_failed", "ansible.builtin.assert",
+                                 {"failed": True, "msg": "cancel='x' is not a job id"})], status="failed")
+    with pytest.raises(slurm_train.LaunchError) as raised:
+        slurm_train.cancel("x")
+    assert raised.value.job_id is None
+    _playing(monkeypatch, [])
+    with pytest.raises(slurm_train.LaunchError, match=r"^jobs.yml -e logs=5 gave no slurm_job result$"):
+        slurm_train.logs(5)
+
+
+def test_preflight_returns_its_summary_or_fails_with_the_playbooks_message(monkeypatch):
+    summary = ["node      cuda  python", "node110   ok    ok"]
+    given = _playing(monkeypatch, [_task("runner_on_ok", "ansible.builtin.debug", {"msg": "progress"}),
+                                   _task("runner_on_ok", "ansible.builtin.debug", {"msg": summary})])
+    assert slurm_train.preflight(nodes="node110") == summary
+    assert given[0]["preflight"] is True and given[0]["nodes"] == "node110"
+    _playing(monkeypatch, [_task("runner_on_ok", "ansible.builtin.debug", {"msg": "progress"})])
+    with pytest.raises(slurm_train.LaunchError, match="^preflight.yml ended without its summary$"):
+        slurm_train.preflight(nodes="node110")
+    _playing(monkeypatch, [_task("runner_on_failed", "ansible.builtin.assert",
+                                 {"failed": True, "msg": "node111: nvcc not found"})], status="failed")
+    with pytest.raises(slurm_train.LaunchError, match="^node111: nvcc not found$"):
+        slurm_train.preflight(nodes="node110,node111")
+
+
+def test_a_launch_without_wait_returns_the_job_as_submitted(monkeypatch):
+    _playing(monkeypatch, [_task("runner_on_ok", "hpc.slurm_train.slurm_job",
+                                 {"job_id": 12, "name": "train_ddp", "state": "PENDING", "final": False})])
+    result = slurm_train.launch(script=TRAINER, nodes="node110", wait=False)
+    assert (result.job_id, result.name, result.state, result.final, result.outputs) == (12, "train_ddp", "PENDING",
+                                                                                       False, None)
+    _playing(monkeypatch, [])
+    with pytest.raises(slurm_train.LaunchError, match="^launch.yml succeeded without a slurm_job result"):
+        slurm_train.launch(script=TRAINER, nodes="node110")
+
+
+def test_where_and_as_whom_are_named_never_positional(nothing_runs):
+    with pytest.raises(TypeError):
+        slurm_train.launch(TRAINER, "node110", None, None, "inventory/local")
+    with pytest.raises(TypeError):
+        slurm_train.preflight("node110", None, None, "inventory/local")
+    with pytest.raises(TypeError):
+        slurm_train.jobs(False, "inventory/local")
+    with pytest.raises(TypeError):
+        slurm_train.cancel(5, "inventory/local")
+    with pytest.raises(TypeError):
+        slurm_train.logs(5, None, "inventory/local")
+
+
+def test_a_job_result_is_a_value_compared_by_the_job_and_shown_without_the_tasks_result():
+    import dataclasses
+
+    one = slurm_train.JobResult(job_id=5, name="t", state="COMPLETED", exit_code=0, outcome="succeeded", final=True,
+                                job={"cost": 1}, result={"token": "secret"})
+    other = slurm_train.JobResult(job_id=5, name="t", state="COMPLETED", exit_code=0, outcome="succeeded", final=True)
+    assert one == other and "secret" not in repr(one)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        one.state = "FAILED"
