@@ -69,6 +69,13 @@ def test_several_unknown_keys_are_all_named(nothing_runs):
     ({"rendezvous": "etcd"}, "rendezvous", "etcd"),
     ({"slurm_launch_extra_directives": ["--clusters=other"]}, "extra_directives", ["--clusters=other"]),
     ({"slurm_launch_env": {"1BAD": "x"}}, "env", {"1BAD": "x"}),
+    # The inventory's values, given with -e: each reaches the job script, so each is checked too.
+    ({"slurm_launch_cuda_home": "/x/$(id)"}, "cuda_home", "/x/$(id)"),
+    ({"slurm_launch_conda_root": "conda"}, "conda_root", "conda"),
+    ({"slurm_launch_conda_env": "a b"}, "conda_env", "a b"),
+    ({"slurm_launch_venv": "venv"}, "venv", "venv"),
+    ({"slurm_launch_nccl_env_dir": "nccl"}, "nccl_env_dir", "nccl"),
+    ({"slurm_launch_jobs_dir": "jobs"}, "jobs_dir", "jobs"),
 ])
 def test_a_bad_value_raises_the_job_value_problems_message(nothing_runs, given, key, value):
     with pytest.raises(ValueError) as raised:
