@@ -26,14 +26,17 @@ CUDA_ROLE = ROLE.parent / "cuda_toolkit"
 PROFILE = "/etc/profile.d/zz-ansible-slurm-train-modules"
 
 
-def run_render(dirs, profile=PROFILE, **more):
+def run_render(dirs, profile=PROFILE, check_mode=False, **more):
     """The role's module_path_render task's result for these settings (its action plugin, with the
-    role's search path, as Ansible runs it)."""
+    role's search path, as Ansible runs it: a connection with no temporary directory made yet)."""
     from ansible_collections.hpc.slurm_train.plugins.action import module_path_render as action
     loader = DataLoader()
-    task = SimpleNamespace(args={"dirs": dirs, "profile": profile, **more}, async_val=0, check_mode=False,
-                           action="module_path_render")
-    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
+    args = {"dirs": dirs, "profile": profile, **more}
+    task = SimpleNamespace(args={key: value for key, value in args.items() if value is not None}, async_val=0,
+                           check_mode=check_mode, action="module_path_render")
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
+    plugin = action.ActionModule(task, connection, mock.MagicMock(), loader, Templar(loader=loader),
                                  init_plugin_loader())
     plugin._load_name = "module_path_render"  # as the plugin loader names it
     return plugin.run(task_vars={"ansible_search_path": [str(ROLE)]})
@@ -163,3 +166,17 @@ def test_an_unknown_option_is_refused_in_ansibles_words():
 
     with pytest.raises(AnsibleActionFail, match=r"^Unsupported parameters for \(module_path_render\) module: dir\."):
         run_render(["/nas/modulefiles"], dir="/nas/other")
+
+
+def test_check_mode_renders_the_same_and_nothing_is_asked_of_the_host():
+    plain, checked = run_render(["/nas/modulefiles"]), run_render(["/nas/modulefiles"], check_mode=True)
+    assert checked == plain and not plain.get("failed")
+
+
+@pytest.mark.parametrize("missing", ["dirs", "profile"])
+def test_a_missing_option_is_refused_in_ansibles_words(missing):
+    from ansible.errors import AnsibleActionFail
+
+    given = {"dirs": ["/nas/modulefiles"], "profile": PROFILE, missing: None}
+    with pytest.raises(AnsibleActionFail, match=rf"^missing required arguments: {missing}"):
+        run_render(**given)
