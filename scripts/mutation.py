@@ -19,6 +19,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "scripts" / "mutation.toml"
 OUT = ROOT / "outputs" / "mutation"
 TARGETS = ["plugins/module_utils/*.py", "library/*.py", "plugins/filter/*.py", "plugins/action/*.py",
-           "plugins/plugin_utils/*.py", "roles/slurm_launch/files/gpu_check.py",
-           "roles/slurm_launch/files/preflight/*.py", "slurm_train/*.py", "bin/local-cluster"]
+           "plugins/plugin_utils/*.py", "roles/slurm_launch/files/*.py", "roles/slurm_launch/files/preflight/*.py",
+           "slurm_train/*.py", "bin/local-cluster"]
 GOAL = 90.0
 
 
@@ -89,6 +90,7 @@ def mutate_one(target, config, tree, python, sessions):
         (tree / target).symlink_to(Path(module).name)
     tests = [f"tests/unit/{name}" for name in config["tests"].get(target, [])
              if (tree / "tests" / "unit" / name).exists()]
+    selected = config.get("select", {}).get(target)
     slug = re.sub(r"[^A-Za-z0-9]+", "_", target)
     session, cfg_path = sessions / f"{slug}.sqlite", sessions / f"{slug}.toml"
     whitelist = re.sub(r"\s+", "", config["operators"])
@@ -100,7 +102,8 @@ def mutate_one(target, config, tree, python, sessions):
         "timeout": float(config.get("timeout", 60)),
         "excluded-modules": [],
         # -x: the first failing test is enough to call a mutant killed.
-        "test-command": " ".join([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]),
+        "test-command": shlex.join([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                                    *(["-k", selected] if selected else []), *tests]),
         "distributor": {"name": "local"},
         "filters": {"operators-filter": {"exclude-operators": [f"(?!{whitelist})"]},
                     "line-filter": {"lines": lines}},
