@@ -194,6 +194,184 @@ def test_the_toolkit_version_comes_from_version_json(tmp_path):
     assert version is None and "version.json" in error
 
 
+def test_a_toolkit_of_major_minor_only_is_read_and_a_major_alone_is_not(tmp_path):
+    (tmp_path / "version.json").write_text(json.dumps({"cuda": {"version": "12.4"}}))
+    assert gpu_check.toolkit_version(str(tmp_path)) == ((12, 4), "")
+    (tmp_path / "version.json").write_text(json.dumps({"cuda": {"version": "12"}}))
+    assert gpu_check.toolkit_version(str(tmp_path)) == (None, f"{tmp_path / 'version.json'}: no major.minor CUDA "
+                                                              "version in it")
+
+
+def test_too_many_gpus_seen_names_the_gpus_every_job_would_share():
+    (problem,) = gpu_check.gpu_problems(facts(device_count=8), 4)
+    assert "so every job here would use GPUs 0-3: give gres.conf File= lines" in problem
+
+
+def test_torch_built_for_cuda_11_0_has_11_0s_own_floor():
+    node = facts(toolkit=None, cuda_home="", torch_cuda="11.0", drivers=["450.51.05"])
+    assert gpu_check.gpu_problems(node, 8) == []
+    (problem,) = gpu_check.gpu_problems({**node, "drivers": ["450.36.05"]}, 8)
+    assert problem.startswith("driver 450.36.05 is below CUDA 11.x's floor (>= 450.36.06")
+
+
+def test_a_failing_nvidia_smi_is_named_with_the_end_of_what_it_said(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho '{'x' * 300}driver gone' >&2\nexit 9\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    drivers, error = gpu_check.driver_versions()
+    assert drivers == [] and error == ("nvidia-smi --query-gpu=driver_version --format=csv,noheader: exit 9: "
+                                       + "x" * 189 + "driver gone")
+    assert gpu_check.mig_modes() == []
+
+
+class FakeLibcuda:
+    def __init__(self, version, rc=0):
+        self.version, self.rc = version, rc
+
+    def cuDriverGetVersion(self, pointer):  # noqa: N802  (CUDA's name)
+        pointer._obj.value = self.version
+        return self.rc
+
+
+@pytest.mark.parametrize("version, driver_cuda", [(12040, "12.4"), (11080, "11.8"), (12090, "12.9"), (13000, "13.0")])
+def test_libcudas_cuda_version_and_file_are_read(monkeypatch, version, driver_cuda):
+    import io
+
+    monkeypatch.setattr(gpu_check.ctypes, "CDLL", lambda name: FakeLibcuda(version))
+    maps = ("7f0000000000-7f0000100000 r-xp 00000000 08:01 1234 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+            "7f1000000000-7f1000200000 r-xp 00000000 08:01 5678 /usr/local/cuda-12.4/compat/libcuda.so.550.54.15\n")
+    monkeypatch.setattr(gpu_check, "open", lambda path: io.StringIO(maps), raising=False)
+    assert gpu_check.libcuda_facts() == {"driver_cuda": driver_cuda,
+                                         "libcuda": "/usr/local/cuda-12.4/compat/libcuda.so.550.54.15"}
+
+
+def test_without_libcuda_or_its_answer_the_error_or_nothing_is_said(monkeypatch):
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+
+    monkeypatch.setattr(gpu_check.ctypes, "CDLL", missing)
+    assert gpu_check.libcuda_facts() == {
+        "libcuda_error": "libcuda.so.1: cannot open shared object file: No such file or directory"}
+    monkeypatch.setattr(gpu_check.ctypes, "CDLL", lambda name: FakeLibcuda(12040, rc=3))
+
+    def unreadable(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(gpu_check, "open", unreadable, raising=False)
+    assert gpu_check.libcuda_facts() == {}
+
+
+def fake_torch(monkeypatch, cuda="12.4", available=True, count=8, nccl=(2, 21, 5), warning=""):
+    """A torch as the training env's would answer (sys.modules, where `import torch` finds it)."""
+    import types
+    import warnings as warnings_module
+
+    torch = types.ModuleType("torch")
+    torch.__version__ = "2.3.0"
+    torch.version = types.SimpleNamespace(cuda=cuda)
+    torch_cuda = types.ModuleType("torch.cuda")
+
+    def is_available():
+        if warning:
+            warnings_module.warn(warning)
+        return available
+
+    torch_cuda.is_available = is_available
+    torch_cuda.device_count = lambda: count
+    torch_nccl = types.ModuleType("torch.cuda.nccl")
+    if nccl is None:
+        def version():
+            raise RuntimeError("NCCL Error 1: unhandled cuda error")
+    else:
+        def version():
+            return nccl
+    torch_nccl.version = version
+    torch_cuda.nccl = torch_nccl
+    torch.cuda = torch_cuda
+    for name, module in (("torch", torch), ("torch.cuda", torch_cuda), ("torch.cuda.nccl", torch_nccl)):
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_torch_is_asked_as_the_training_will_ask_it(monkeypatch):
+    fake_torch(monkeypatch)
+    assert gpu_check.torch_facts() == {"torch": "2.3.0", "torch_cuda": "12.4", "cuda_available": True,
+                                       "device_count": 8, "nccl": "2.21.5", "cuda_init_error": ""}
+    fake_torch(monkeypatch, available=False, warning="CUDA initialization: " + "w" * 400)
+    unavailable = gpu_check.torch_facts()
+    assert (unavailable["cuda_available"], unavailable["device_count"]) == (False, 0)
+    assert unavailable["cuda_init_error"] == "w" * 300
+    fake_torch(monkeypatch, nccl=None)
+    assert gpu_check.torch_facts()["nccl"] == ""
+    fake_torch(monkeypatch, cuda=None)
+    assert gpu_check.torch_facts() == {"torch": "2.3.0", "torch_cuda": "", "cuda_available": False,
+                                       "device_count": 0, "nccl": "", "cuda_init_error": ""}
+
+
+def test_torch_without_nccl_has_none(monkeypatch):
+    fake_torch(monkeypatch)
+    del sys.modules["torch.cuda"].nccl.version
+    assert gpu_check.torch_facts()["nccl"] == ""
+
+
+def node_facts(monkeypatch, drivers=("535.104.05",) * 2, torch=None):
+    monkeypatch.setattr(gpu_check, "driver_versions", lambda: (list(drivers), "" if drivers else "nvidia-smi: none"))
+    monkeypatch.setattr(gpu_check, "mig_modes", lambda: ["Disabled"] * len(drivers))
+    monkeypatch.setattr(gpu_check, "libcuda_facts", lambda: {"driver_cuda": "12.2"})
+    monkeypatch.setattr(gpu_check, "torch_facts", torch or (lambda: {
+        "torch": "2.3.0", "torch_cuda": "12.1", "cuda_available": True, "device_count": len(drivers), "nccl": "2.18.1",
+        "cuda_init_error": ""}))
+
+
+def test_the_facts_are_each_probes_and_a_broken_torch_is_one_of_them(monkeypatch, tmp_path):
+    (tmp_path / "version.json").write_text(json.dumps({"cuda": {"version": "12.1.1"}}))
+    node_facts(monkeypatch)
+    found = gpu_check.gpu_facts(str(tmp_path))
+    assert (found["drivers"], found["mig"], found["toolkit"], found["driver_cuda"], found["nccl"]) == (
+        ["535.104.05"] * 2, ["Disabled"] * 2, [12, 1], "12.2", "2.18.1")
+    node_facts(monkeypatch, drivers=())
+    assert gpu_check.gpu_facts("")["mig"] == [] and gpu_check.gpu_facts("")["toolkit"] is None
+
+    def broken():
+        raise ImportError("libcudnn.so.8: cannot open shared object file " + "y" * 300)
+
+    node_facts(monkeypatch, torch=broken)
+    found = gpu_check.gpu_facts("")
+    assert found["torch_error"] == ("ImportError: libcudnn.so.8: cannot open shared object file " + "y" * 300)[-200:]
+    assert (found["torch"], found["cuda_available"], found["device_count"]) == ("", False, 0)
+
+
+def test_the_program_prints_one_line_its_problems_and_warnings_and_exits_by_them(monkeypatch, capsys, tmp_path):
+    (tmp_path / "version.json").write_text(json.dumps({"cuda": {"version": "12.4.0"}}))
+    node_facts(monkeypatch)
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    monkeypatch.setattr(gpu_check.socket, "gethostname", lambda: "gpu07.cluster.example")
+    assert gpu_check.main(["--gpus-per-node", "2", "--cuda-home", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out == ("gpu-check gpu07: ok: driver 535.104.05, 2 GPUs (nvidia-smi), torch 2.3.0 CUDA 12.1 sees 2, "
+                   "NCCL 2.18.1, toolkit 12.4\n")
+    assert err.startswith("gpu-check gpu07: warning: driver 535.104.05 is older than CUDA 12.4's own")
+    monkeypatch.setenv("SLURMD_NODENAME", "node110")
+    assert gpu_check.main(["--gpus-per-node", "4", "--cuda-home", str(tmp_path)]) == gpu_check.FAILED_EXIT == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("gpu-check node110: FAILED: driver 535.104.05, 2 GPUs")
+    assert err.splitlines()[0].startswith("gpu-check node110: torch sees 2 GPUs, the job asked for 4 per node")
+
+
+def test_a_cpu_job_is_not_judged_and_facts_are_json(monkeypatch, capsys):
+    node_facts(monkeypatch, drivers=())
+    monkeypatch.setenv("SLURMD_NODENAME", "node111")
+    assert gpu_check.main([]) == 0
+    out, err = capsys.readouterr()
+    assert out == ("gpu-check node111: ok: driver none, 0 GPUs (nvidia-smi), torch 2.3.0 CUDA 12.1 sees 0, "
+                   "NCCL 2.18.1, toolkit none\n") and err == ""
+    assert gpu_check.main(["--facts"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert (found["drivers"], found["driver_error"], found["torch_cuda"]) == ([], "nvidia-smi: none", "12.1")
+
+
+# The program run as the job runs it, with this venv's torch (a second or two each): last, as the
+# slowest.
 STANDIN_TORCH = REPO / "tests" / "standins" / "gpu" / "python" / "sitecustomize.py"
 
 
@@ -278,3 +456,4 @@ def test_the_program_exits_1_naming_each_failed_rule(standin_gpus):
     assert proc.stdout.startswith("gpu-check node110: FAILED: driver 515.105.01, 3 GPUs (nvidia-smi)")
     assert "gpu-check node110: torch" in proc.stderr and "is a CPU build" in proc.stderr
     assert "gpu-check node110: warning: driver 515.105.01 is older than CUDA 11.8's own (520.61.05" in proc.stderr
+
