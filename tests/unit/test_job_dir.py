@@ -1,8 +1,11 @@
 """The job_dir module (a user's private job directory on a shared NAS, code staged into it) and
 the controller side of its action plugin (which files are staged, their hash, the size limit)."""
 
+import base64
+import errno
 import json
 import os
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -697,3 +700,168 @@ def test_a_run_stopped_for_no_progress_is_not_resumed_by_auto_and_is_by_its_id(t
     again = run(tmp_path, resume="1")
     assert (again["run_id"], again["resumed"], again["resumed_step"]) == (1, True, 0)
     assert run(tmp_path, resume="never")["run_id"] == 2
+
+
+def test_a_link_to_a_file_of_the_same_content_is_still_replaced(tmp_path, jobs):
+    run(tmp_path, resume="auto", files=[CHECK])
+    run_dir = jobs / user() / "train" / "runs" / "1"
+    target = tmp_path / "same-for-now.py"
+    target.write_text(CHECK["content"])
+    target.chmod(0o644)
+    (run_dir / "gpu_check.py").unlink()
+    (run_dir / "gpu_check.py").symlink_to(target)
+    assert run(tmp_path, resume="1", files=[CHECK])["files_written"] == ["gpu_check.py"]
+    assert not (run_dir / "gpu_check.py").is_symlink(), "the job would read whatever the link's owner puts there"
+
+
+def test_a_file_that_cannot_be_renamed_into_place_leaves_no_temporary_file(tmp_path, jobs, monkeypatch):
+    run(tmp_path, files=[CHECK])
+    job = jobs / user() / "train"
+    (job / "gpu_check.py").unlink()
+    (job / "gpu_check.py").mkdir()  # a directory where the file goes
+    with pytest.raises(IsADirectoryError):
+        run(tmp_path, files=[CHECK])
+    assert sorted(p.name for p in job.iterdir()) == ["code", "gpu_check.py"]
+    (job / "gpu_check.py").rmdir()
+
+    def swept_then_failing(src, dst, **kwargs):
+        # The NAS failed the rename after a cleanup removed the temporary file: its own error is raised.
+        job_dirs.os.unlink(src, dir_fd=kwargs["src_dir_fd"])
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(job_dirs.os, "rename", swept_then_failing)
+    with pytest.raises(OSError) as raised:
+        run(tmp_path, files=[CHECK])
+    assert raised.value.errno == errno.EIO
+
+
+def test_staging_leaves_no_descriptor_open(tmp_path, jobs):
+    before = len(os.listdir("/proc/self/fd"))
+    run(tmp_path, resume="auto", files=[SCRIPT])
+    run(tmp_path, resume="1", files=[SCRIPT, CHECK])
+    run(tmp_path, resume="1", files=[SCRIPT], probe=True)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_new_run_in_an_existing_job_is_a_change(tmp_path, jobs):
+    run(tmp_path, resume="auto")
+    ended(jobs, 1, "COMPLETED")
+    again = run(tmp_path, resume="never")
+    assert (again["run_id"], again["changed"]) == (2, True)
+
+
+def test_a_run_taken_over_by_another_user_is_not_resumed_into(tmp_path, jobs):
+    run_dir = ended(jobs, 1, "TIMEOUT", step=5)
+    os.chown(run_dir, OTHER_UID, OTHER_UID)
+    with pytest.raises(job_dirs.Refused, match=rf"runs/1 belongs to uid {OTHER_UID}, not to {user()}"):
+        run(tmp_path, resume="auto")
+
+
+@pytest.mark.parametrize("step", ["5", True, 5.0])
+def test_a_checkpoint_step_that_is_no_whole_number_is_not_reported(tmp_path, jobs, step):
+    ended(jobs, 1, "TIMEOUT", step=step)
+    result = run(tmp_path, resume="auto")
+    assert (result["run_id"], result["resumed"], result["resumed_step"]) == (1, True, None)
+
+
+def test_the_users_own_directory_planted_by_another_says_only_an_admin_can_fix_it(tmp_path, jobs):
+    (jobs / user()).mkdir()
+    os.chown(jobs / user(), OTHER_UID, OTHER_UID)
+    with pytest.raises(job_dirs.Refused) as refused:
+        run(tmp_path)
+    assert refused.value.args[0].endswith(job_dirs.user_dir_remedy(str(jobs / user()), user()))
+    os.chown(jobs / user(), os.geteuid(), os.getegid())
+    (jobs / user() / "train").mkdir()
+    os.chown(jobs / user() / "train", OTHER_UID, OTHER_UID)
+    with pytest.raises(job_dirs.Refused, match="choose another job name or ask them to remove it$"):
+        run(tmp_path)
+
+
+def test_check_mode_before_the_code_is_staged_plans_around_the_jobs_runs_and_files(tmp_path, jobs):
+    # The job's directory is there with an unfinished run 1 of this code and its script; code/ is not yet.
+    run_dir = jobs / user() / "train" / "runs" / "1"
+    run_dir.mkdir(parents=True, mode=0o700)
+    (run_dir / "request.json").write_text(json.dumps({"code_hash": "ab12cd34"}))
+    (run_dir / "train.sbatch").write_text(SCRIPT["content"])
+    (run_dir / "train.sbatch").chmod(0o600)
+    predicted = job_dir.run(FakeModule(check_mode=True, jobs_root=str(jobs), job_name="train", resume="auto",
+                                       code_hash="ab12cd34", files=[SCRIPT]))
+    assert (predicted["run_id"], predicted["resumed"], predicted["files_written"]) == (1, True, [])
+    # Only the user's directory there: the job's run 1 is planned.
+    shutil.rmtree(jobs / user() / "train")
+    planned = job_dir.run(FakeModule(check_mode=True, jobs_root=str(jobs), job_name="train", resume="auto",
+                                     files=[SCRIPT]))
+    assert (planned["run_id"], planned["resumed"], planned["files_written"]) == (1, False, ["train.sbatch"])
+
+
+def test_an_inline_archive_that_is_not_base64_is_refused(tmp_path, jobs):
+    with pytest.raises(job_dirs.Refused, match="^code_archive_inline is not base64 text$"):
+        run(tmp_path, code_hash="ab12cd34", code_archive_inline="QU JD")  # "ABC" once the space is dropped
+
+
+def test_a_staged_file_whose_name_has_spaces_is_checked_as_staged(tmp_path, jobs):
+    archive = pack_tree(tmp_path, {"my model.py": "a\n", "train.py": "b\n"})
+    first = run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
+    assert first["code_copied"]
+    assert run(tmp_path, code_hash="ab12cd34")["code_present"], "unchanged code passes its manifest"
+
+
+def test_a_manifest_that_is_not_the_users_own_is_not_trusted(tmp_path, jobs):
+    archive = pack_tree(tmp_path, {"train.py": "b\n"})
+    run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
+    code = jobs / user() / "train" / "code"
+    os.chown(code / "ab12cd34.manifest", OTHER_UID, OTHER_UID)
+    # Without the user's manifest, the hash decides: this code's is not "ab12cd34".
+    with pytest.raises(job_dirs.Refused, match=rf"^the code in {code / 'ab12cd34'} changed since it was staged"):
+        run(tmp_path, code_hash="ab12cd34")
+
+
+@pytest.mark.parametrize("swap", ["directory", "file"])
+def test_code_swapped_for_a_link_after_it_was_looked_at_is_not_followed(tmp_path, monkeypatch, swap):
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "util.py").write_text("ours\n")
+    (code / "train.py").write_text("ours\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "util.py").write_text("theirs\n")
+    name = "pkg" if swap == "directory" else "train.py"
+    real_stat = os.stat
+
+    def swapping_stat(path, *args, **kwargs):
+        info = real_stat(path, *args, **kwargs)
+        if path == name:
+            dir_fd = kwargs["dir_fd"]
+            os.rename(name, f"{name}.moved", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            os.symlink(str(elsewhere if swap == "directory" else elsewhere / "util.py"), name, dir_fd=dir_fd)
+        return info
+
+    monkeypatch.setattr(job_dirs.os, "stat", swapping_stat)
+    fd = os.open(code, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(OSError) as raised:
+            job_dirs.code_manifest(fd)
+    finally:
+        os.close(fd)
+    assert raised.value.errno in (errno.ELOOP, errno.ENOTDIR)  # O_NOFOLLOW's refusal of a link
+
+
+def test_the_tasks_log_shows_neither_the_files_nor_the_inline_code(capsys, monkeypatch, jobs):
+    archive = base64.b64encode(b"SECRET-ARCHIVE-BYTES").decode()
+    shown = main_result(capsys, monkeypatch, check_mode=True, jobs_root=str(jobs), job_name="train",
+                        code_hash="ab12cd34", code_archive_inline=archive,
+                        files=[{"name": "train.sbatch", "content": "export HF_TOKEN=hf_secret\n", "mode": "0600"}])
+    assert "hf_secret" not in json.dumps(shown) and archive not in json.dumps(shown)
+
+
+def test_a_file_without_a_name_is_refused_in_ansibles_words(capsys, monkeypatch, jobs):
+    refused = main_result(capsys, monkeypatch, jobs_root=str(jobs), job_name="train",
+                          files=[{"content": "x\n", "mode": "0600"}])
+    assert refused["failed"] and "missing required arguments: name" in refused["msg"]
+
+
+def test_a_request_that_differs_in_a_mapping_names_it_with_its_keys_in_order(tmp_path, jobs):
+    ended(jobs, 1, "TIMEOUT", request={"code_hash": "", "env_names": {"A": "1", "B": "2"}})
+    with pytest.raises(job_dirs.Refused) as refused:
+        run(tmp_path, resume="1", request={"env_names": {"B": "3", "A": "1"}})
+    assert 'env_names {"A": "1", "B": "2"}, not {"A": "1", "B": "3"}' in str(refused.value)
