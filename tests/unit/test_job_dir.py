@@ -865,3 +865,63 @@ def test_a_request_that_differs_in_a_mapping_names_it_with_its_keys_in_order(tmp
     with pytest.raises(job_dirs.Refused) as refused:
         run(tmp_path, resume="1", request={"env_names": {"B": "3", "A": "1"}})
     assert 'env_names {"A": "1", "B": "2"}, not {"A": "1", "B": "3"}' in str(refused.value)
+
+
+def test_a_link_in_place_of_the_job_says_how_to_get_past_it(tmp_path, jobs):
+    (jobs / user()).mkdir()
+    (jobs / user() / "train").symlink_to(tmp_path)
+    with pytest.raises(job_dirs.Refused, match=r"is a symbolic link: .*; remove it, or choose another job name$"):
+        run(tmp_path)
+
+
+def test_a_link_among_the_runs_is_not_taken_for_a_run(tmp_path, jobs):
+    run(tmp_path, resume="auto")
+    ended(jobs, 1, "COMPLETED")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "request.json").write_text(json.dumps(LAUNCH_REQUEST))  # unfinished, this request
+    (jobs / user() / "train" / "runs" / "2").symlink_to(elsewhere)
+    result = run(tmp_path, resume="auto")
+    assert (result["run_id"], result["resumed"]) == (3, False)
+
+
+def test_the_directories_made_are_reported_and_a_resumed_run_makes_none(tmp_path, jobs):
+    job = jobs / user() / "train"
+    first = run(tmp_path, resume="auto")
+    assert first["made"] == [str(jobs / user()), str(job), str(job / "code"), str(job / "runs"), str(job / "runs" / "1")]
+    again = run(tmp_path, resume="auto")
+    assert (again["run_id"], again["resumed"], again["made"]) == (1, True, [])
+
+
+def test_only_the_files_that_changed_are_written(tmp_path, jobs):
+    run(tmp_path, files=[CHECK, SCRIPT])
+    changed = {**SCRIPT, "content": "#!/bin/bash\necho changed\n"}
+    assert run(tmp_path, files=[CHECK, changed])["files_written"] == ["train.sbatch"]
+    assert (jobs / user() / "train" / "train.sbatch").read_text() == changed["content"]
+
+
+def test_the_nas_is_tried_with_a_real_write_but_not_in_check_mode(tmp_path, jobs, monkeypatch):
+    import tempfile
+
+    def over_quota(*args, **kwargs):
+        raise OSError(errno.EDQUOT, "Disk quota exceeded")
+
+    (jobs / user()).mkdir()
+    monkeypatch.setattr(tempfile, "mkstemp", over_quota)
+    with pytest.raises(job_dirs.Refused, match="cannot be written: Disk quota exceeded"):
+        run(tmp_path, min_free_mb=1)
+    predicted = job_dir.run(FakeModule(check_mode=True, jobs_root=str(jobs), job_name="train", min_free_mb=1))
+    assert predicted["free_mb"] > 0 and predicted["changed"]
+
+
+def test_a_user_without_a_directory_is_told_that_provision_makes_it(tmp_path, jobs, monkeypatch):
+    real_mkdir = job_dirs.os.mkdir
+
+    def root_owned(name, mode=0o777, *, dir_fd=None):
+        if name == user():
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_mkdir(name, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(job_dirs.os, "mkdir", root_owned)
+    with pytest.raises(job_dirs.Refused, match=rf"{jobs / user()} does not exist, and {user()} cannot make it in "):
+        run(tmp_path)
