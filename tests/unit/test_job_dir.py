@@ -925,3 +925,23 @@ def test_a_user_without_a_directory_is_told_that_provision_makes_it(tmp_path, jo
     monkeypatch.setattr(job_dirs.os, "mkdir", root_owned)
     with pytest.raises(job_dirs.Refused, match=rf"{jobs / user()} does not exist, and {user()} cannot make it in "):
         run(tmp_path)
+
+
+def test_a_key_the_recorded_request_lacks_is_a_difference(tmp_path, jobs):
+    ended(jobs, 1, "TIMEOUT", request={"code_hash": ""})
+    with pytest.raises(job_dirs.Refused, match=r"^resume=1: run 1 is another request: sweep \(none\), not "):
+        run(tmp_path, resume="1", request={"sweep": {"lr": [0.1]}})
+
+
+def test_a_probe_names_every_file_it_would_write(tmp_path, jobs):
+    run(tmp_path, resume="auto", files=[SCRIPT, CHECK])
+    new = [{**CHECK, "content": "print('new')\n"}, {**SCRIPT, "content": "#!/bin/bash\necho new\n"}]
+    assert run(tmp_path, resume="1", probe=True, files=new)["files_written"] == ["gpu_check.py", "train.sbatch"]
+
+
+def test_a_run_is_taken_for_code_staged_earlier(tmp_path, jobs):
+    archive = pack_tree(tmp_path, {"train.py": "b\n"})
+    staged = run(tmp_path, code_hash="ab12cd34", code_archive=str(archive))
+    again = run(tmp_path, code_hash="ab12cd34", resume="auto", files=[SCRIPT])
+    assert (staged["code_copied"], again["code_present"], again["run_id"]) == (True, True, 1)
+    assert again["files_written"] == ["train.sbatch"]
