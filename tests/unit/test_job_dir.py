@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tarfile
 from pathlib import Path
@@ -945,3 +946,21 @@ def test_a_run_is_taken_for_code_staged_earlier(tmp_path, jobs):
     again = run(tmp_path, code_hash="ab12cd34", resume="auto", files=[SCRIPT])
     assert (staged["code_copied"], again["code_present"], again["run_id"]) == (True, True, 1)
     assert again["files_written"] == ["train.sbatch"]
+
+
+def test_the_manifest_is_never_writable_by_the_group_even_while_it_is_written(tmp_path, jobs, monkeypatch):
+    archive = pack_tree(tmp_path, {"train.py": "b\n"})
+    seen = []
+    real_fchmod = job_dirs.os.fchmod
+
+    def looking_fchmod(fd, mode):
+        seen.append((mode, stat.S_IMODE(os.fstat(fd).st_mode)))
+        real_fchmod(fd, mode)
+
+    monkeypatch.setattr(job_dirs.os, "fchmod", looking_fchmod)
+    old = os.umask(0o002)  # a site whose users' umask lets their group write
+    try:
+        run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode="0750")
+    finally:
+        os.umask(old)
+    assert (0o400, 0o400) in seen, "created 0400, before its mode was set"
