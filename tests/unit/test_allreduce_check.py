@@ -132,3 +132,40 @@ def test_a_gpu_job_reports_the_network_its_nccl_logged(tmp_path):
     result = json.loads(proc.stdout.split("allreduce-result: ", 1)[1].splitlines()[0])
     assert (result["backend"], result["node"], result["nccl"]["network"]) == ("gloo", "node110", "Socket")
     assert "# NCCL INFO NET/IB : No device found." in proc.stdout
+
+
+def test_the_smallest_run_and_size_are_taken_and_one_less_is_refused(capsys):
+    least = allreduce_check.parse_args(["--sizes", "4", "--iters", "1", "--warmup", "0"])
+    assert (least.sizes, least.iters, least.warmup) == ([4], 1, 0)
+    for argv in (["--iters", "0"], ["--warmup", "-1"], ["--iters", "0", "--warmup", "2"]):
+        with pytest.raises(SystemExit):
+            allreduce_check.parse_args(argv)
+        assert "--iters must be at least 1 and --warmup at least 0" in capsys.readouterr().err
+
+
+def test_by_default_each_size_from_1_kib_to_16_mib_is_timed_5_times_after_2(monkeypatch):
+    monkeypatch.delenv("TRAIN_BACKEND", raising=False)
+    args = allreduce_check.parse_args([])
+    assert (args.sizes, args.nccl_sizes, args.iters, args.warmup, args.backend) == (
+        [1024, 65536, 1048576, 16777216], [], 5, 2, "auto")
+
+
+def test_help_opens_with_what_the_program_does(capsys):
+    with pytest.raises(SystemExit):
+        allreduce_check.parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "The preflight's all-reduce: every rank of the job sums a tensor of each size, checks the" in out
+
+
+def test_at_most_12_of_nccls_network_lines_are_kept():
+    lines = [f"node110:1:1 [0] NCCL INFO NET/IB : line {index}" for index in range(20)]
+    assert allreduce_check.nccl_network_of(lines)["lines"] == [f"NCCL INFO NET/IB : line {index}" for index in range(12)]
+
+
+def test_a_cpu_build_of_torch_given_gpus_says_so(monkeypatch):
+    monkeypatch.setattr(allreduce_check.torch.version, "cuda", None)
+    _, why = allreduce_check.choose_backend("auto", 8, False, False)
+    assert "(CUDA none: a CPU build, is_available=False, nccl available=False)" in why
+    monkeypatch.setattr(allreduce_check.torch.version, "cuda", "12.1")
+    _, why = allreduce_check.choose_backend("auto", 8, False, False)
+    assert "(CUDA 12.1, is_available=False" in why
