@@ -370,6 +370,50 @@ def test_a_cpu_job_is_not_judged_and_facts_are_json(monkeypatch, capsys):
     assert (found["drivers"], found["driver_error"], found["torch_cuda"]) == ([], "nvidia-smi: none", "12.1")
 
 
+def test_long_reasons_are_cut_to_their_ends():
+    reason = "r" * 200 + "the end of CUDA's own reason"
+    (problem,) = gpu_check.gpu_problems(facts(cuda_available=False, device_count=0, cuda_init_error=reason), 8)
+    assert f"(torch.cuda.is_available() is False: {reason[-160:]}): " in problem
+    assert ("r" * 133 + "the end") not in problem
+
+
+def test_a_toolkit_without_a_row_names_its_major_in_the_note():
+    (note,) = gpu_check.gpu_warnings(facts(toolkit=[12, 7], torch_cuda="12.6", drivers=["560.28.03"]), 8)
+    assert note.endswith("through 13.0): only CUDA 12.x's floor was checked")
+
+
+def test_libcudas_error_is_kept_to_its_last_200_characters(monkeypatch):
+    def missing(name):
+        raise OSError("p" * 300 + "libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(gpu_check.ctypes, "CDLL", missing)
+    assert gpu_check.libcuda_facts() == {"libcuda_error": ("p" * 300 + "libcuda.so.1: cannot open shared object file")[-200:]}
+
+
+class Stream:
+    """A stream as a pipe to the job's log is: what was written, and what of it was flushed."""
+
+    def __init__(self, log):
+        self.log, self.pending = log, ""
+
+    def write(self, text):
+        self.pending += text
+
+    def flush(self):
+        self.log.append(self.pending)
+        self.pending = ""
+
+
+def test_the_summary_line_reaches_the_log_before_the_problems(monkeypatch):
+    node_facts(monkeypatch)
+    monkeypatch.setenv("SLURMD_NODENAME", "node110")
+    log = []
+    monkeypatch.setattr(sys, "stdout", Stream(log))
+    monkeypatch.setattr(sys, "stderr", Stream(log))
+    assert gpu_check.main(["--gpus-per-node", "4"]) == 1
+    assert log[0].startswith("gpu-check node110: FAILED: ") and log[1].startswith("gpu-check node110: torch sees 2")
+
+
 # The program run as the job runs it, with this venv's torch (a second or two each): last, as the
 # slowest.
 STANDIN_TORCH = REPO / "tests" / "standins" / "gpu" / "python" / "sitecustomize.py"
