@@ -414,6 +414,31 @@ def test_the_summary_line_reaches_the_log_before_the_problems(monkeypatch):
     assert log[0].startswith("gpu-check node110: FAILED: ") and log[1].startswith("gpu-check node110: torch sees 2")
 
 
+def test_a_long_802_reason_is_cut_to_its_end():
+    reason = "w" * 200 + "Error 802: system not yet initialized"
+    (problem,) = gpu_check.gpu_problems(facts(cuda_available=False, device_count=0, cuda_init_error=reason), 8)
+    assert f"system not yet initialized: {reason[-160:]}): " in problem
+
+
+def test_a_missing_gpu_says_how_many_nvidia_smi_lists():
+    (problem,) = gpu_check.gpu_problems(facts(device_count=7), 8)
+    assert problem.endswith("a GPU is missing or failed (nvidia-smi lists 8)")
+
+
+def test_the_summary_names_the_first_gpus_driver(monkeypatch, capsys):
+    node_facts(monkeypatch, drivers=("535.104.05", "550.54.14"))
+    monkeypatch.setenv("SLURMD_NODENAME", "node110")
+    gpu_check.main([])
+    assert capsys.readouterr().out.startswith("gpu-check node110: ok: driver 535.104.05, 2 GPUs (nvidia-smi)")
+
+
+def test_help_opens_with_what_the_check_does(capsys):
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "A GPU job's check of its node before it trains: torch sees exactly the GPUs the job asked for" in out
+
+
 # The program run as the job runs it, with this venv's torch (a second or two each): last, as the
 # slowest.
 STANDIN_TORCH = REPO / "tests" / "standins" / "gpu" / "python" / "sitecustomize.py"
