@@ -439,6 +439,14 @@ def test_help_opens_with_what_the_check_does(capsys):
     assert "A GPU job's check of its node before it trains: torch sees exactly the GPUs the job asked for" in out
 
 
+def test_without_torchs_cuda_the_toolkits_major_sets_the_floor():
+    broken = dict(torch_error="ImportError: libcudnn.so.8", torch_cuda="", torch="")
+    (_, problem) = gpu_check.gpu_problems(facts(toolkit=[12, 4], drivers=["450.248.02"], **broken), 8)
+    assert problem.startswith("driver 450.248.02 is below CUDA 12.x's floor (>= 525.60.13")
+    assert gpu_check.gpu_problems(facts(toolkit=[11, 0], drivers=["450.51.05"], **broken), 8) == [
+        "torch does not import (ImportError: libcudnn.so.8)"], "CUDA 11.0's own floor, 450.36.06"
+
+
 # The program run as the job runs it, with this venv's torch (a second or two each): last, as the
 # slowest.
 STANDIN_TORCH = REPO / "tests" / "standins" / "gpu" / "python" / "sitecustomize.py"
