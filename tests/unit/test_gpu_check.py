@@ -447,6 +447,25 @@ def test_without_torchs_cuda_the_toolkits_major_sets_the_floor():
         "torch does not import (ImportError: libcudnn.so.8)"], "CUDA 11.0's own floor, 450.36.06"
 
 
+def test_a_driver_of_an_older_cuda_names_the_libcuda_it_loaded():
+    node = facts(toolkit=[13, 0], torch_cuda="13.0", drivers=["580.65.06"], driver_cuda="12.9")
+    assert gpu_check.gpu_problems(node, 8)[0].endswith("(libcuda.so.1): update the driver or the cuda-compat package")
+    compat = {**node, "libcuda": "/usr/local/cuda-13.0/compat/libcuda.so.580.65.06"}
+    assert "(/usr/local/cuda-13.0/compat/libcuda.so.580.65.06): " in gpu_check.gpu_problems(compat, 8)[0]
+
+
+def test_a_warning_reaches_the_log_after_the_summary(monkeypatch, tmp_path):
+    (tmp_path / "version.json").write_text(json.dumps({"cuda": {"version": "12.4.0"}}))
+    node_facts(monkeypatch)
+    monkeypatch.setenv("SLURMD_NODENAME", "node110")
+    log = []
+    monkeypatch.setattr(sys, "stdout", Stream(log))
+    monkeypatch.setattr(sys, "stderr", Stream(log))
+    assert gpu_check.main(["--gpus-per-node", "2", "--cuda-home", str(tmp_path)]) == 0
+    assert log[0].startswith("gpu-check node110: ok: ")
+    assert log[1].startswith("gpu-check node110: warning: driver 535.104.05 is older than CUDA 12.4's own")
+
+
 # The program run as the job runs it, with this venv's torch (a second or two each): last, as the
 # slowest.
 STANDIN_TORCH = REPO / "tests" / "standins" / "gpu" / "python" / "sitecustomize.py"
