@@ -128,3 +128,11 @@ def test_one_attempt_reads_as_one_and_tasks_are_listed_by_job_id():
     one = run_cost.ledger({62: records[62]})
     assert run_cost.cost_line(one) == ("0.01 GPU-hours over 1 attempt, 0.0 lost, 0 steps redone, time queued unknown "
                                        f"(from {run_cost.SOURCE_SCRIPT})")
+
+
+def test_an_attempt_missing_from_the_scripts_record_counts_nothing():
+    record = ("start\t0\t1000\t-\t-\t4\t8\nend\t0\t1060\tfailed\t-\t-\t-\n"
+              "start\t2\t1300\t-\t-\t4\t8\nend\t2\t1360\tok\t-\t-\t-\n")  # attempt 1's lines are gone
+    cost = run_cost.ledger({41: run_cost.parse_attempts(record)})
+    assert [(a["restart"], a["state"], a["gpus"], a["cpus"]) for a in cost["attempts"]] == [
+        (0, "failed", 4, 8), (1, "cut", 0, 0), (2, "ok", 4, 8)]
