@@ -223,6 +223,9 @@ def test_on_a_gpu_job_the_gpus_are_seen_as_the_jobs_own_check_sees_them(node_che
     assert (failed["torch_error"], failed["cuda_home"], failed["toolkit"]) == (
         "RuntimeError: CUDA driver too old", str(node_env / "cuda"), None)
     assert "drivers" in failed and "driver_error" in failed
+    executable(node_env / "venv" / "bin" / "python", f"#!/bin/sh\necho '{'t' * 300}CUDA error' >&2\nexit 1\n")
+    assert node_check.check_gpus(settings(node_env, venv=venv, gpus_per_node=8))["torch_error"] == \
+        ("t" * 300 + "CUDA error")[-200:]
     executable(node_env / "venv" / "bin" / "python", "#!/bin/sh\necho 'not json'\n")
     assert node_check.check_gpus(settings(node_env, venv=venv, gpus_per_node=8))["torch_error"] == "not json"
     executable(node_env / "venv" / "bin" / "python", "#!/bin/sh\nexit 0\n")
