@@ -345,3 +345,23 @@ def test_the_env_files_nccl_conf_file_names_the_users_file_and_a_missing_env_fil
     assert node_check.main() == 0
     found = json.loads((results / "n1.json").read_text())
     assert found["nccl_env_file_found"] is False and found["user_conf"] is None
+
+
+def test_without_a_cluster_address_the_cluster_network_names_the_socket_interface(node_check, monkeypatch):
+    monkeypatch.setattr(node_check, "ipv4_addresses", lambda: dict(DGX_ADDRESSES))
+    found = node_check.detect_network(config("dgx_h100", cluster_addresses={}, cluster_cidr="10.77.0.0/16"), "dgx1")
+    assert found["proposed"]["NCCL_SOCKET_IFNAME"] == "=enp41s0f0np0"
+
+
+def test_a_long_python_error_is_kept_to_its_end(node_check, node_env):
+    executable(node_env / "venv" / "bin" / "python", f"#!/bin/sh\necho '{'i' * 300}ImportError' >&2\nexit 1\n")
+    found = node_check.check_python(settings(node_env, venv=str(node_env / "venv")))
+    assert found["python_error"] == ("i" * 300 + "ImportError")[-200:]
+
+
+def test_help_opens_with_what_the_check_does(node_check, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["node_check.py", "--help"])
+    with pytest.raises(SystemExit):
+        node_check.main()
+    out = " ".join(capsys.readouterr().out.split())
+    assert "A preflight's checks of one node, run by Slurm as one task per node of a short job (srun)" in out
