@@ -365,3 +365,14 @@ def test_help_opens_with_what_the_check_does(node_check, monkeypatch, capsys):
         node_check.main()
     out = " ".join(capsys.readouterr().out.split())
     assert "A preflight's checks of one node, run by Slurm as one task per node of a short job (srun)" in out
+
+
+def test_on_a_gpu_job_the_nccl_of_the_jobs_torch_decides_the_proposal(node_check, node_env, tmp_path, monkeypatch):
+    cfg = node_check_config(tmp_path, node_env, gpus_per_node=8, nccl_version="")
+    results = tmp_path / "results"
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    monkeypatch.setattr(sys, "argv", ["node_check.py", "--config", str(cfg), "--results", str(results)])
+    assert node_check.main() == 0
+    found = json.loads((results / "n1.json").read_text())
+    assert found["gpu"]["nccl"] == "2.21.5" and found["network"]["nccl_version"] == "2.21.5"
