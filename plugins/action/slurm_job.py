@@ -7,6 +7,11 @@ and prints between runs what changed: the state (with Slurm's reason, the nodes,
 count) and the newest lines of the job's log. Each slice carries on the poll schedule of the
 previous one (``progress_from``), so Slurm is asked no more often than by one long run.
 
+The module's documented options are what a user of it calls. The project's roles give this
+action more: ``stage`` and ``nodes`` (a launch), ``collect`` and ``progress_log_lines``; those
+the module takes, and the slices' own, reach it under its one ``internal`` option
+(INTERNAL_SPEC), which no task sets itself.
+
 With ``stage`` (the job_dir module's options: the job's directory, code and files), the code is
 listed and hashed here (CodeToStage: in a git work tree, tracked and untracked-but-not-ignored
 files; elsewhere every regular file; at most ``max_mb``), and the module on the submit host is
@@ -46,6 +51,8 @@ display = Display()
 from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules  # noqa: E402
 # The outputs of a finished job, written on the controller.
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import job_outputs as _job_outputs  # noqa: E402
+# The options of the module that are this action's protocol with it, not a task's.
+from ansible_collections.hpc.slurm_train.plugins.modules.slurm_job import INTERNAL_SPEC  # noqa: E402
 
 # Never part of the code a job runs, and often large.
 SKIPPED_DIRS = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", "outputs"}
@@ -55,7 +62,7 @@ HASH_DIGITS = 20
 # sent as a file, and only when the module finds it missing.
 INLINE_MAX_BYTES = 256 * 1024
 MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "resume", "request", "force", "expect_files",
-               "min_free_mb", "files", "placeholders")
+               "min_free_mb", "files")
 
 
 def git(code_dir, *argv):
@@ -130,7 +137,7 @@ def pack(files, source, archive):
 class CodeToStage:
     """The code a job runs, as the controller has it: listed (``code_dir``, or ``code_files`` one
     by one), held to ``max_mb``, hashed. ``args`` are the job_dir module's options, which the
-    launch's O(stage) takes too; the preflight's job_dir action stages its programs with it."""
+    launch's `stage` takes too; the preflight's job_dir action stages its programs with it."""
 
     def __init__(self, args):
         script = os.path.realpath(str(args.get("script", "")))
@@ -224,7 +231,7 @@ SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage", "
 # What a failed task's result keeps: the message (and Ansible's own words of a module that did not
 # answer), what became of the job, where its outputs went (collected's dest and written, which
 # slurm_train's API reads). The callback prints a failed result whole, and the rest is this
-# action's protocol with the module (the run's placeholders, the poll state, the staging's
+# action's protocol with the module (the run's end marker, the poll state, the staging's
 # details): a person would read it in place of the sentence. -v keeps it all, for whoever debugs
 # the launch.
 FAILURE_KEYS = ("failed", "changed", "msg", "exception", "warnings", "deprecations", "module_stdout", "module_stderr",
@@ -334,6 +341,11 @@ class ActionModule(ActionBase):
         code = None
         if args.get("stage"):
             code = CodeToStage(args["stage"])
+            rendered = args["stage"].get("code_hash")
+            if rendered and rendered != code.digest:
+                # The job script names the code by the hash it had when it was rendered.
+                raise AnsibleActionFail(f"the code in {code.summary['source_dir']} changed while the job was put "
+                                        f"together (its hash was {rendered}, is {code.digest}): launch again")
             args["stage"] = {key: value for key, value in args["stage"].items() if key in MODULE_ARGS}
             args["stage"]["code_hash"] = code.digest
         every = int(args.pop("progress_every", 30) or 0)
@@ -354,11 +366,11 @@ class ActionModule(ActionBase):
                 result["timed_out"] = True
                 break
             follow = {key: value for key, value in args.items() if key not in SUBMIT_ONLY}
-            # The marker's path as the first slice filled it in (stage's placeholders).
+            # The marker's path in the run the first slice took.
             follow.update(job_id=result["job_id"], return_on_change=True, progress_from=result["progress"],
                           end_marker=first.get("end_marker", args.get("end_marker")),
                           timeout=max(1, int(min(every, left) if left is not None else every)))
-            previous, result = result, self._execute_module("slurm_job", module_args=follow, task_vars=task_vars)
+            previous, result = result, self.run_module(follow, task_vars)
             result["queries"] = result.get("queries", 0) + previous.get("queries", 0)
             result["controller_outage_seconds"] = (result.get("controller_outage_seconds", 0)
                                                    + previous.get("controller_outage_seconds", 0))
@@ -379,15 +391,23 @@ class ActionModule(ActionBase):
         when that run finds it missing and the module runs again with it, which then submits. What
         the nodes' check noted of usable nodes that may delay the job is shown."""
         if code is None:
-            result = self._execute_module("slurm_job", module_args=args, task_vars=task_vars)
+            result = self.run_module(args, task_vars)
         else:
-            result = code.stage(self, lambda extra: self._execute_module(
-                "slurm_job", module_args={**args, "stage": {**args["stage"], **extra}}, task_vars=task_vars),
+            result = code.stage(self, lambda extra: self.run_module({**args, "stage": {**args["stage"], **extra}},
+                                                                   task_vars),
                 self._task.check_mode, lambda answer: answer.get("staged"))
         result = _rules.explain_module_failure(self, result, task_vars)
         for note in (result.get("nodes_checked") or {}).get("notes") or []:
             display.display(note)
         return result
+
+    def run_module(self, args, task_vars):
+        """The module run with ``args``, the protocol's (INTERNAL_SPEC's) under its `internal`."""
+        internal = {key: args[key] for key in INTERNAL_SPEC if key in args}
+        module_args = {key: value for key, value in args.items() if key not in INTERNAL_SPEC}
+        if internal:
+            module_args["internal"] = internal
+        return self._execute_module("slurm_job", module_args=module_args, task_vars=task_vars)
 
     def show(self, result, previous):
         if result.get("job_id") is None:

@@ -22,10 +22,12 @@ description:
     group. With O(render), also the values that reach the job script (paths, names, time
     limit, env, directives, a sweep), the training script on the controller, and the job's
     nodes against the inventory (names, node group, counts, whether the request fits them).
-  - With O(render), puts the job together (the cluster role's C(train_job) values) and renders
-    its files: the job script from C(train.sbatch.j2), the GPU check C(gpu_check.py), and a
-    sweep's table. The run's and the code's directories and, unless given, the partition are
-    placeholders there, which the slurm_job module fills in as it stages the job.
+  - With O(render), lists and hashes the code to stage (the script's directory, or C(code_dir)),
+    puts the job together (the C(train_job) values) and renders its files: the job script from
+    C(train.sbatch.j2), the GPU check C(gpu_check.py), and a sweep's table. The job script names
+    its files from the run's directory, the job's working directory (C(sbatch --chdir), C($PWD)
+    in the job), the code by its hash from there, and leaves a partition not given to the
+    submission, which finds the one the nodes share in Slurm.
   - Returns its findings, for the task to register (RV(job), RV(job_files), RV(node_plan), ...): not
     as facts, which a fact cache would keep and a set_fact of the same name would hide. Runs on the
     controller, changes nothing, and runs the same in check mode.
@@ -83,10 +85,10 @@ job_name:
   description: The job's name (the script's name unless given).
   returned: success
   type: str
-placeholders:
-  description: The words that stand for the run's and code's directories and the partition in RV(job).
-  returned: success
-  type: dict
+code_hash:
+  description: The content hash of the code to stage, which the job script names (code/<hash>/).
+  returned: with render, unless following
+  type: str
 node_plan:
   description: The job's nodes from the inventory (launch_request.py's node_inventory_plan), with its partition.
   returned: with render, unless following
@@ -110,9 +112,7 @@ run_request:
 
 import json
 import os
-import secrets
 import stat
-import string
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -123,6 +123,8 @@ from ansible.parsing.splitter import parse_kv
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
+from ansible_collections.hpc.slurm_train.plugins.action.slurm_job import CodeToStage
+from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import END_MARKER_NAME, code_dir_from_run
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params as _params
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request as _rules
 
@@ -150,19 +152,10 @@ SECRET_SOURCES = ("put it in a file only you can read (chmod 600 secrets.yml; -e
 JOB_TEMPLATE = "train.sbatch.j2"
 # Written into the run's directory; the job runs it on every node before a GPU job trains.
 GPU_CHECK = "gpu_check.py"
-PLACEHOLDER_CHARS = string.ascii_lowercase + string.digits
 
 
 def _length(value):
     return len(value) if isinstance(value, (str, list, tuple, Mapping)) else 0
-
-
-def placeholders(word):
-    """Words that stand for the run's and the staged code's directories and the partition in the
-    job as rendered here, before the NAS and Slurm are looked at; the slurm_job module fills them in
-    as it checks the nodes and stages the job. Random for each launch, so that no value of a request
-    holds one by chance."""
-    return {"run_dir": f"/run-dir-{word}", "code_dir": f"/code-dir-{word}", "partition": f"partition-{word}"}
 
 
 def derived(request):
@@ -356,16 +349,17 @@ def run_request(job, script_file, code_dir):
             **{key: job[key] for key in RUN_REQUEST_KEYS}}
 
 
-def put_together(request, script_file, script_args, code_dir, job_name, plan, marks):
-    """The job's values (train_job's); its script is where the slurm_job action stages it: relative to
-    the code's directory, links resolved."""
-    script = f"{marks['code_dir']}/{script_in_code(script_file, code_dir)}"
+def put_together(request, script_args, job_name, plan, code):
+    """The job's values (train_job's). The job runs in its run's directory (sbatch runs there), so
+    its files are named from there: its log, its end mark, the GPU check, and the script, in the
+    code staged by its hash (CodeToStage's), relative to the code's directory, links resolved. A
+    partition not given is left to the submission, which finds the one the nodes share."""
     return _rules.train_job({
         "job_name": job_name,
-        "job_dir": marks["run_dir"],
-        "end_marker": f"{marks['run_dir']}/.%j.ended",
+        "job_dir": "",
+        "end_marker": END_MARKER_NAME,
         "account": request["account"],
-        "partition": plan["partition"],
+        "partition": request["partition"],
         "num_nodes": plan["num_nodes"],
         "nodelist": "" if request["group"] else plan["hostlist"],
         "gpus_per_node": _rules.as_int(request["gpus_per_node"]) or plan["node_gpus"],
@@ -387,12 +381,12 @@ def put_together(request, script_file, script_args, code_dir, job_name, plan, ma
         "env": request["env"],
         "rendezvous": request["rendezvous"],
         "master_port": request["master_port"],
-        "script": script,
+        "script": f"{code_dir_from_run(code.digest)}/{code.relative_script}",
         "script_args": script_args,
         "sweep": _rules.sweep_points(request["sweep"]),
         "sweep_parallel": request["sweep_parallel"],
-        # GPU_CHECK, written into the run's directory by the staging run.
-        "gpu_check": f"{marks['run_dir']}/{GPU_CHECK}",
+        # Written into the run's directory by the staging run.
+        "gpu_check": GPU_CHECK,
     })
 
 
@@ -426,14 +420,12 @@ class ActionModule(ActionBase):
             return {**result, "failed": True, "msg": problem}
         following = _rules.as_int(request["job_id"]) > 0
         script_file, code_dir, job_name = derived(request)
-        marks = placeholders("".join(secrets.choice(PLACEHOLDER_CHARS) for _ in range(20)))
         found = {
             "environment": {"SLURM_CONF": args["slurm_conf"]} if args["slurm_conf"] else {},
             "following": following,
             "script": script_file,
             "code_dir": code_dir,
             "job_name": job_name,
-            "placeholders": marks,
         }
         groups = task_vars.get("groups") or {}
         problem = shape_problem(request, groups, following)
@@ -449,18 +441,20 @@ class ActionModule(ActionBase):
                 {**{key: request[key] for key in ("group", "partition", "num_nodes", "gpus_per_node",
                                                   "cpus_per_task", "nproc_per_node")},
                  "nccl_env": bool(request["nccl_env_dir"])})
-            plan["partition"] = request["partition"] or marks["partition"]
+            plan["partition"] = request["partition"]
             # As a shell would split them; split once, for the checks and the job.
             script_args = _rules.shell_words(request["script_args"])
             problem = job_problem(request, script_file, script_args, job_name, plan,
                                   task_vars.get("inventory_hostname"))
             if problem:
                 return {**result, "failed": True, "msg": problem}
-            job = put_together(request, script_file, script_args, code_dir, job_name, plan, marks)
-        except AnsibleError as exc:  # the filters' refusals: script_args that split into no words, ...
+            # The code as it will be staged: listed, held to code_max_mb, hashed.
+            code = CodeToStage({"script": script_file, "code_dir": code_dir, "max_mb": request["code_max_mb"]})
+            job = put_together(request, script_args, job_name, plan, code)
+        except AnsibleError as exc:  # the rules' refusals: script_args that split into no words, ...
             return {**result, "failed": True, "msg": str(exc.message)}
         return {**result, **found, "node_plan": plan, "job": job, "job_files": self.job_files(job, task_vars),
-                "run_request": run_request(job, script_file, code_dir)}
+                "run_request": run_request(job, script_file, code_dir), "code_hash": code.digest}
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be

@@ -67,7 +67,7 @@ TABLE = (
             "tracked and untracked-but-not-ignored files), copied to <job dir>/code/<content hash>/."),
     Param("code_dir", "str", "", "the code staged with the script; default: the script's directory",
           alias="code_dir", request=True),
-    Param("code_max_mb", "int", 100, "refuse to stage more than this many MB of code"),
+    Param("code_max_mb", "int", 100, "refuse to stage more than this many MB of code", request=True),
     Section("A sweep: the cross product of the values, one Slurm job array of one job script, a task (and a "
             "run directory, runs/<id>/points/<task>/) per point, each given --KEY VALUE after script_args."),
     Param("sweep", "raw", {}, 'option names to lists of values, e.g. {"lr": [0.1, 0.01], "seed": [1, 2]}: the '

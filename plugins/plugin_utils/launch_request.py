@@ -276,11 +276,24 @@ RESERVED_ENV_RULE = ("it steers the job's shell, Slurm, the loader or Python (re
 CLUSTERS_DIRECTIVE_RE = re.compile(r"(?:--clusters(?:[=\s]|$)|-M)")
 CLUSTERS_RULE = ("a launch follows its job on the cluster of its submit host only (its Slurm queries have no -M); "
                  "to run on another cluster, launch with an inventory whose submit host belongs to it")
+# sbatch's --chdir/-D: a launch's job runs in its run's directory (sbatch runs there), and the job
+# script names its log, its end mark and its GPU check relative to it.
+CHDIR_DIRECTIVE_RE = re.compile(r"(?:--chdir(?:[=\s]|$)|-D)")
+CHDIR_RULE = ("a launch's job runs in its run's directory, which holds its log, checkpoints and end record; the "
+              "training may change directory itself")
+# A file of the run's directory, named from there.
+RUN_FILE_RE = re.compile(r"[A-Za-z0-9_.+-]+")
+RUN_FILE_RULE = "a file name of the run's directory (letters, digits, '_', '.', '+', '-')"
 RENDEZVOUS = ("static", "c10d")
 
 
 def _is_path(value):
     return value == "" or _rules.is_safe_path(value)
+
+
+def _is_run_file(value):
+    return value == "" or (isinstance(value, str) and RUN_FILE_RE.fullmatch(value) is not None
+                           and value not in (".", ".."))
 
 
 def _is_name(value, pattern, allow_empty=True):
@@ -309,14 +322,17 @@ def value_problems(values):
             # <jobs dir>/<job name>/...: only the jobs dir can be wrong once the name is right.
             if not _is_path(values.get("job_dir", "")):
                 refuse("job_dir", values["job_dir"], f"the jobs directory (slurm_launch_jobs_dir) must be {PATH_RULE}")
-            elif not _is_path(str(values.get("end_marker", "")).replace("%j", "")):  # %j: the job id
-                refuse("end_marker", values["end_marker"], f"{PATH_RULE} ('%j' is the job id)")
+            elif not _is_run_file(str(values.get("end_marker", "")).replace("%j", "")):  # %j: the job id
+                refuse("end_marker", values["end_marker"], f"{RUN_FILE_RULE} ('%j' is the job id)")
     if "jobs_dir" in values and not (values["jobs_dir"] and _is_path(values["jobs_dir"])):
         refuse("slurm_launch_jobs_dir", values["jobs_dir"], PATH_RULE)
-    for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file", "gpu_check"):
+    for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file"):
         if key in values and not _is_path(values[key]):
             refuse(key, values[key], PATH_RULE)
-    if "partition" in values and not _is_name(values["partition"], SLURM_NAME_RE, allow_empty=False):
+    if "gpu_check" in values and not (_is_path(values["gpu_check"]) or _is_run_file(values["gpu_check"])):
+        refuse("gpu_check", values["gpu_check"], f"{PATH_RULE}, or {RUN_FILE_RULE}")
+    # Empty: the partition the job's nodes share, which the submission finds in Slurm.
+    if "partition" in values and not _is_name(values["partition"], SLURM_NAME_RE):
         refuse("partition", values["partition"], f"a Slurm partition name: {SLURM_NAME_RULE}")
     if "account" in values and not _is_name(values["account"], SLURM_NAME_RE):
         refuse("account", values["account"], f"a Slurm account name: {SLURM_NAME_RULE}, or empty for your default")
@@ -341,6 +357,8 @@ def value_problems(values):
                                                       "(e.g. \"--exclusive\"), without newlines or control characters")
             elif CLUSTERS_DIRECTIVE_RE.match(directive):
                 refuse("extra_directives", directive, CLUSTERS_RULE)
+            elif CHDIR_DIRECTIVE_RE.match(directive):
+                refuse("extra_directives", directive, CHDIR_RULE)
 
     env = values.get("env", {})
     if not isinstance(env, Mapping):
@@ -360,8 +378,9 @@ def value_problems(values):
                                 "job script: give it without one")
 
     script = values.get("script", "")
-    if script != "" and (not isinstance(script, str) or not script.startswith("/") or CONTROL_RE.search(script)):
-        refuse("script", script, "an absolute path without newlines or control characters")
+    if script != "" and (not isinstance(script, str) or CONTROL_RE.search(script)):
+        refuse("script", script, "a path without newlines or control characters (absolute, or from the run's "
+                                 "directory, where the job runs)")
     args = values.get("script_args", [])
     if not isinstance(args, (list, tuple)):
         refuse("script_args", args, "a list of arguments")

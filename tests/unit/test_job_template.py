@@ -115,7 +115,7 @@ def in_dir(tmp_path, **overrides):
                   "conda_env": "", "nccl_env_file": str(env_file), "gpu_check": "", "master_port": 29400, **overrides})
 
 
-def run_with_standins(tmp_path, script, exit_code=0, keep_srun=False, **slurm_env):
+def run_with_standins(tmp_path, script, exit_code=0, keep_srun=False, cwd=None, **slurm_env):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, text in STANDINS.items():
@@ -128,7 +128,7 @@ def run_with_standins(tmp_path, script, exit_code=0, keep_srun=False, **slurm_en
            "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "magicdrive", "SLURM_JOB_NUM_NODES": "2",
            "SLURM_JOB_NODELIST": "node[110-111]", "HOME": str(tmp_path), **slurm_env}
     proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True,
-                          timeout=30)
+                          timeout=30, cwd=cwd)
     record = tmp_path / "argv.json"
     return proc, json.loads(record.read_text()) if record.exists() else None
 
@@ -218,6 +218,24 @@ def test_the_jobs_exit_code_is_the_trainings(tmp_path, code):
     assert (tmp_path / ".4242.ended").read_text() == f"{code}\n", "the end marker a launch watches for"
     # The run's end record, which the next launch of the name reads (library/job_dir.py).
     assert json.loads((tmp_path / "run.json").read_text()) == {"job_id": 4242, "state": "FAILED", "exit_code": code}
+
+
+def test_a_launchs_job_names_its_files_from_the_directory_sbatch_ran_in(tmp_path):
+    """A launch renders the job before its run is taken: its log, end mark and records go to the
+    directory Slurm runs it in (its working directory, PWD), the training from the code named from
+    there, and a partition not given is no directive (the submission adds the one the nodes share)."""
+    run_dir = tmp_path / "runs" / "1"
+    run_dir.mkdir(parents=True)
+    script = render(in_dir(tmp_path, job_dir="", end_marker=".%j.ended", partition="",
+                           script="../../code/ab12cd34/train.py"))
+    assert "--output=%x-%j.out" in directives(script)
+    assert not any(line.startswith("--partition") for line in directives(script))
+    (tmp_path / "bin").mkdir()
+    proc, argv = run_with_standins(tmp_path, script, exit_code=3, cwd=run_dir, PWD=str(run_dir))
+    assert proc.returncode == 3, proc.stderr
+    assert argv[-1] == "../../code/ab12cd34/train.py"
+    assert (run_dir / ".4242.ended").read_text() == "3\n" and not (tmp_path / ".4242.ended").exists()
+    assert json.loads((run_dir / "run.json").read_text())["exit_code"] == 3
 
 
 def test_a_fixed_master_port_is_used_as_given(tmp_path):

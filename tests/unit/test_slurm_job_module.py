@@ -176,6 +176,12 @@ def answer_sacct_version(slurm_cli, slurm_output, version="22.05"):
 
 
 def run_module(args, check_mode=False):
+    """The module run with ``args`` as its action plugin passes them: the protocol's (INTERNAL_SPEC)
+    under `internal`."""
+    internal = {key: args[key] for key in slurm_job.INTERNAL_SPEC if key in args}
+    args = {key: value for key, value in args.items() if key not in slurm_job.INTERNAL_SPEC}
+    if internal:
+        args["internal"] = internal
     if check_mode:
         args = {**args, "_ansible_check_mode": True}
     with patch_module_args(args), pytest.raises(ModuleExit) as exit_info:
@@ -1125,18 +1131,16 @@ def test_a_job_completing_after_its_marker_is_followed_to_its_end_in_the_same_sl
 
 
 # stage: the job's directory made, its run taken and its script written, then submitted, in one run.
-RUN_WORD, CODE_WORD = "/run-dir-0123456789abcdef", "/code-dir-0123456789abcdef"
-STAGED_SCRIPT = f"#!/bin/bash\n#SBATCH --output={RUN_WORD}/%x-%j.out\nsrun python {CODE_WORD}/train.py\n"
+# The script as a launch renders it: its files named from the run's directory, where it runs.
+STAGED_SCRIPT = "#!/bin/bash\n#SBATCH --output=%x-%j.out\nsrun python ../../code/ab12cd34/train.py\n"
 
 
 def staged_request(tmp_path, **stage):
     jobs = tmp_path / "jobs"
     jobs.mkdir(mode=0o1777, exist_ok=True)
-    return {"script": f"{RUN_WORD}/train-ddp.sbatch", "job_name": "train-ddp", "chdir": RUN_WORD,
-            "end_marker": f"{RUN_WORD}/.%j.ended", "wait": False,
+    return {"script": "train-ddp.sbatch", "job_name": "train-ddp", "wait": False,
             "stage": {"jobs_root": str(jobs), "job_name": "train-ddp", "resume": "auto",
-                      "files": [{"name": "train-ddp.sbatch", "content": STAGED_SCRIPT, "mode": "0600"}],
-                      "placeholders": {"run_dir": RUN_WORD, "code_dir": CODE_WORD}, **stage}}
+                      "files": [{"name": "train-ddp.sbatch", "content": STAGED_SCRIPT, "mode": "0600"}], **stage}}
 
 
 def test_stage_writes_the_script_for_the_run_taken_and_submits_it_in_the_same_run(slurm_cli, clock, tmp_path,
@@ -1150,14 +1154,30 @@ def test_stage_writes_the_script_for_the_run_taken_and_submits_it_in_the_same_ru
 
     assert outcome.failed is False, outcome.result.get("msg")
     script = run_dir / "train-ddp.sbatch"
-    # Without a code_hash there is no code directory: its placeholder stands for nothing.
-    assert script.read_text() == STAGED_SCRIPT.replace(RUN_WORD, str(run_dir)).replace(CODE_WORD, "")
+    assert script.read_text() == STAGED_SCRIPT
+    # Run in the run's directory, by its name as staged (not as the cwd resolves links): the job's
+    # working directory, which its script names its files from.
     assert slurm_cli.argvs[0][-1] == str(script) and slurm_cli.calls[0]["cwd"] == str(run_dir)
+    assert slurm_cli.argvs[0][-2] == f"--chdir={run_dir}"
     assert slurm_cli.argvs[0][3] == "--comment=fingerprint:" + slurm_job.job_fingerprint("train-ddp", script.read_bytes())
     result = outcome.result
     assert (result["submitted"], result["changed"], result["job_id"]) == (True, True, 1234)
     assert (result["staged"]["run_id"], result["staged"]["files_written"]) == (1, ["train-ddp.sbatch"])
     assert result["end_marker"] == f"{run_dir}/.%j.ended"
+
+
+@pytest.mark.parametrize("request_change, problem", [
+    ({"script": "other.sbatch"}, "script other.sbatch is not one of stage's files"),
+    ({"stage": {"resume": ""}}, "stage: resume is empty: give auto, never or a run id"),
+])
+def test_stage_refuses_a_script_it_does_not_write_or_no_run_before_anything_is_made(slurm_cli, clock, tmp_path,
+                                                                                     request_change, problem):
+    request = staged_request(tmp_path)
+    request["script"] = request_change.get("script", request["script"])
+    request["stage"].update(request_change.get("stage", {}))
+    outcome = run_module(request)
+    assert outcome.failed is True and outcome.result["msg"].startswith(problem), outcome.result["msg"]
+    assert list((tmp_path / "jobs").iterdir()) == [] and slurm_cli.calls == []
 
 
 def test_each_submitted_job_keeps_the_script_it_ran_and_a_later_job_of_the_run_changes_none(slurm_cli, clock,
@@ -1242,7 +1262,7 @@ def test_stage_submits_nothing_while_the_expected_file_or_the_code_is_missing(sl
     assert slurm_cli.calls == []
 
 
-def test_stage_in_check_mode_writes_nothing_and_slurm_predicts_from_the_filled_script(slurm_cli, clock, tmp_path,
+def test_stage_in_check_mode_writes_nothing_and_slurm_predicts_from_the_script(slurm_cli, clock, tmp_path,
                                                                                       slurm_output):
     slurm_cli.answer(["sbatch", "--test-only"], err=slurm_output("sbatch_test_only.stderr"))
     seen = {}
@@ -1258,8 +1278,9 @@ def test_stage_in_check_mode_writes_nothing_and_slurm_predicts_from_the_filled_s
     outcome = run_module(staged_request(tmp_path), check_mode=True)
 
     assert outcome.failed is False, outcome.result.get("msg")
-    run_dir = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp" / "runs" / "1"
-    assert seen["script"] == STAGED_SCRIPT.replace(RUN_WORD, str(run_dir)).replace(CODE_WORD, "")
+    assert seen["script"] == STAGED_SCRIPT
+    assert outcome.result["end_marker"] == str(tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp"
+                                                / "runs" / "1" / ".%j.ended")
     assert not os.path.exists(seen["cwd"]), "the prediction's scratch directory is removed"
     assert list((tmp_path / "jobs").iterdir()) == [] and outcome.result["test_only"]["job_id"] == 20
 
@@ -1311,28 +1332,30 @@ def test_collect_files_returns_the_finished_jobs_log_and_script_read_in_the_run_
     assert run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")}).result["collected_files"] is None
 
 
-PARTITION_WORD = "partition-0123456789abcdef"
 SINFO = ["sinfo", "-h", "-N", "-o", "%N|%P|%T|%c|%G"]
 
 
 def nodes_request(tmp_path, **nodes):
     request = staged_request(tmp_path)
-    request["stage"]["files"][0]["content"] = f"#SBATCH --partition={PARTITION_WORD}\n" + STAGED_SCRIPT
-    request["stage"]["placeholders"]["partition"] = PARTITION_WORD
     request["nodes"] = {"names": ["rec1", "rec2"], "num_nodes": 2, "node_group": "gpu",
                         "inventory": {"rec1": {"cluster_node_cpus": 2}, "rec2": {"cluster_node_cpus": 2}}, **nodes}
     return request
 
 
-def test_the_nodes_are_checked_against_sinfo_and_their_partition_fills_the_script_in(slurm_cli, clock, tmp_path,
-                                                                                     slurm_output, job_output):
+@pytest.mark.parametrize("given, option", [("", ["--partition=gpu"]), ("gpu", [])])
+def test_the_nodes_are_checked_against_sinfo_and_a_script_without_a_partition_goes_to_theirs(
+        slurm_cli, clock, tmp_path, slurm_output, job_output, given, option):
+    """A partition given is the script's own #SBATCH line; none given, the job goes to the one its
+    nodes share, as sinfo shows it."""
     slurm_cli.answer(SINFO, out=slurm_output("sinfo_nodes_busy.txt"))
     slurm_cli.answer(["sbatch"], out="1234\n")
     slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
-    outcome = run_module(nodes_request(tmp_path))
+    outcome = run_module(nodes_request(tmp_path, partition=given))
     assert outcome.failed is False, outcome.result.get("msg")
     script = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp" / "runs" / "1" / "train-ddp.sbatch"
-    assert script.read_text().startswith("#SBATCH --partition=gpu\n")
+    assert slurm_cli.argvs[1][:2] == ["sbatch", "--parsable"]
+    assert slurm_cli.argvs[1][4:] == [*option, f"--chdir={script.parent}", str(script)]
+    assert script.read_text() == STAGED_SCRIPT
     assert outcome.result["nodes_checked"]["partition"] == "gpu" and outcome.result["submitted"] is True
 
 
