@@ -156,6 +156,8 @@ SECRET_SOURCES = ("put it in a file only you can read (chmod 600 secrets.yml; -e
 JOB_TEMPLATE = "train.sbatch.j2"
 # Written into the run's directory; the job runs it on every node before a GPU job trains.
 GPU_CHECK = "gpu_check.py"
+# The hang watchdog's stack dumper and its suspect-node rule (files/hang_dump.py).
+HANG_DUMP = "hang_dump.py"
 PLACEHOLDER_CHARS = string.ascii_lowercase + string.digits
 
 
@@ -382,6 +384,9 @@ def put_together(request, script_file, script_args, code_dir, job_name, plan, ma
         "warning_signal": request["warning_signal"],
         "warning_seconds": request["warning_seconds"],
         "max_restarts": request["max_restarts"],
+        "hang_minutes": request["hang_minutes"],
+        # HANG_DUMP, written beside the GPU check by the staging run.
+        "hang_dump": f"{marks['run_dir']}/{HANG_DUMP}",
         "extra_directives": request["extra_directives"],
         "cuda_home": request["cuda_home"],
         "replace_ld_library_path": boolean(request["replace_ld_library_path"], strict=False),
@@ -480,6 +485,8 @@ class ActionModule(ActionBase):
                             template_vars={"job": job})[0]
         files = [{"name": f"{job['job_name']}.sbatch", "content": script, "mode": "0600" if job["env"] else "0644"},
                  {"name": GPU_CHECK, "content": Path(self._find_needle("files", GPU_CHECK)).read_text(encoding="utf-8"),
+                  "mode": "0644"},
+                 {"name": HANG_DUMP, "content": Path(self._find_needle("files", HANG_DUMP)).read_text(encoding="utf-8"),
                   "mode": "0644"}]
         if job["sweep"]:
             files.append({"name": _sweep.TABLE_NAME, "content": _sweep.sweep_table(job["sweep"]), "mode": "0644"})
