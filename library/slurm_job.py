@@ -570,7 +570,7 @@ cost:
       C(steps_redone) (steps trained again after each resume), C(queue_seconds) (time waiting
       in the queue, null without accounting) and C(attempts), one line each (with C(hang), its
       C(suspect_nodes), C(step) and C(stack_dumps), where the job script's hang watchdog stopped
-      it: C(templates/train.sbatch.j2)). C(source) says
+      it, see C(templates/train.sbatch.j2)). C(source) says
       where the figures come from, C(sacct) or the job script's own record when accounting does
       not answer. Null before the job is final, or when neither tells.
   returned: always

@@ -475,7 +475,7 @@ class ActionModule(ActionBase):
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be
-        tokens), the GPU check, and a sweep's table (each array task reads its arguments from the
+        tokens), the GPU check, the hang watchdog's stack dumper, and a sweep's table (each array task reads its arguments from the
         script; the table is for people and tools)."""
         # Ansible's template lookup, as a task's lookup('template') renders (its ansible_managed,
         # trim_blocks), given only the search path: it copies every variable it is given.
