@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.hpc.slurm_train.plugins.filter import train_job as train_job_filter
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request
 from ansible_collections.hpc.slurm_train.plugins.module_utils import run_cost
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import job_outputs
 from ansible_collections.hpc.slurm_train.roles.slurm_launch.files import hang_dump
@@ -87,11 +87,11 @@ def test_the_suspects_command_prints_the_nodes_and_the_steps_to_kill(tmp_path):
 
 
 def test_hang_minutes_takes_fractions_and_zero_and_refuses_the_rest():
-    assert [train_job_filter.hang_minutes(value) for value in ("30", 30, "0.5", 0.1, "0", "")] == [30, 30, 0.5, 0.1, 0, 0]
-    for bad in ("-1", "abc", True, "nan", str(train_job_filter.MAX_HANG_MINUTES + 1)):
-        assert train_job_filter.hang_minutes(bad) is None, bad
-        assert train_job_filter.value_problems({"hang_minutes": bad}) == [
-            f"hang_minutes={bad!r} is not allowed: {train_job_filter.HANG_MINUTES_RULE}"]
+    assert [launch_request.hang_minutes(value) for value in ("30", 30, "0.5", 0.1, "0", "")] == [30, 30, 0.5, 0.1, 0, 0]
+    for bad in ("-1", "abc", True, "nan", str(launch_request.MAX_HANG_MINUTES + 1)):
+        assert launch_request.hang_minutes(bad) is None, bad
+        assert launch_request.value_problems({"hang_minutes": bad}) == [
+            f"hang_minutes={bad!r} is not allowed: {launch_request.HANG_MINUTES_RULE}"]
 
 
 def test_hang_minutes_zero_leaves_no_watchdog_in_the_job_script(tmp_path):
@@ -119,8 +119,8 @@ def test_the_launchs_train_job_refuses_a_bad_hang_minutes_naming_it():
     values = {**job(), "node_group": "gpu_A6000", "nccl_env_dir": "/starmap/nas/env", "hang_minutes": "-5"}
     values.pop("nccl_env_file")
     with pytest.raises(AnsibleFilterError, match=r"hang_minutes='-5' is not allowed: give minutes"):
-        train_job_filter.train_job(values)
-    assert train_job_filter.train_job({**values, "hang_minutes": "0.25"})["hang_minutes"] == 0.25
+        launch_request.train_job(values)
+    assert launch_request.train_job({**values, "hang_minutes": "0.25"})["hang_minutes"] == 0.25
 
 
 ATTEMPTS = ("start\t0\t1000\t-\t-\t0\t4\n"
