@@ -4,8 +4,12 @@ and without a watchdog, and the hang as the run's ledger, job.json and summary.t
 whole watchdog runs in tests/integration/test_hang_watchdog.py."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -174,7 +178,7 @@ WATCHED_STANDINS = {
                'if [[ $1 == -c && $2 == *torchrun* ]]; then\n'
                '  for rank in 0 1 2 3; do\n'
                '    node=node11$((rank / 2))\n'
-               '    RANK=$rank TORCHELASTIC_RUN_ID=x SLURMD_NODENAME=$node SLURM_STEP_ID=5 sleep 1000 &\n'
+               '    RANK=$rank TORCHELASTIC_RUN_ID=x SLURMD_NODENAME=$node SLURM_STEP_ID=5 sleep 60 &\n'
                '    echo $! >> "$RECORD.pids"\n'
                '  done\n'
                '  for step in 1 2 3; do echo "[rank0@node110] step=$step"; done\n'
@@ -228,3 +232,28 @@ def test_the_watchdog_dumps_kills_the_step_and_requeues_the_attempt_as_hung(tmp_
     assert attempts[0]["hang"]["suspect_nodes"] == ["node111"] and attempts[0]["hang"]["step"] == 3
     run = json.loads((tmp_path / "run.json").read_text())
     assert (run["state"], run["step"]) == ("HUNG", 3)
+
+
+def test_the_workers_are_this_jobs_torchrun_children_on_this_node_not_their_own_children():
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": HUNG_JOB_ID, "SLURMD_NODENAME": "node111", "RANK": "3",
+           "TORCHELASTIC_RUN_ID": "x", "SLURM_STEP_ID": "5"}
+    # A worker with a child of its own (a DataLoader worker inherits its environment), one on
+    # another node, one of another step, and one of another job.
+    procs = [subprocess.Popen(["bash", "-c", "sleep 60 & wait"], env=env, start_new_session=True),
+             subprocess.Popen(["sleep", "60"], env={**env, "SLURMD_NODENAME": "node110"}),
+             subprocess.Popen(["sleep", "60"], env={**env, "SLURM_STEP_ID": "9"}),
+             subprocess.Popen(["sleep", "60"], env={**env, "SLURM_JOB_ID": HUNG_JOB_ID + "1"})]
+    try:
+        deadline = time.monotonic() + 10
+        # Until the worker's child has started.
+        while not Path(f"/proc/{procs[0].pid}/task/{procs[0].pid}/children").read_text().split():
+            assert time.monotonic() < deadline, "the worker's child never started"
+            time.sleep(0.1)
+        found = hang_dump.workers(HUNG_JOB_ID, "node111", "9")
+        assert sorted(found) == [procs[0].pid] and found[procs[0].pid]["RANK"] == "3"
+        assert sorted(hang_dump.workers(HUNG_JOB_ID, "node110", "9")) == [procs[1].pid]
+    finally:
+        os.killpg(procs[0].pid, signal.SIGKILL)  # the worker and its child
+        for proc in procs:
+            proc.kill()
+            proc.wait()
