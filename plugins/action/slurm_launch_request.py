@@ -152,6 +152,8 @@ SECRET_SOURCES = ("put it in a file only you can read (chmod 600 secrets.yml; -e
 JOB_TEMPLATE = "train.sbatch.j2"
 # Written into the run's directory; the job runs it on every node before a GPU job trains.
 GPU_CHECK = "gpu_check.py"
+# The hang watchdog's stack dumper and its suspect-node rule (files/hang_dump.py).
+HANG_DUMP = "hang_dump.py"
 
 
 def _length(value):
@@ -370,6 +372,9 @@ def put_together(request, script_args, job_name, plan, code):
         "warning_signal": request["warning_signal"],
         "warning_seconds": request["warning_seconds"],
         "max_restarts": request["max_restarts"],
+        "hang_minutes": request["hang_minutes"],
+        # Written beside the GPU check by the staging run.
+        "hang_dump": HANG_DUMP,
         "extra_directives": request["extra_directives"],
         "cuda_home": request["cuda_home"],
         "replace_ld_library_path": boolean(request["replace_ld_library_path"], strict=False),
@@ -458,8 +463,8 @@ class ActionModule(ActionBase):
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be
-        tokens), the GPU check, and a sweep's table (each array task reads its arguments from the
-        script; the table is for people and tools)."""
+        tokens), the GPU check, the hang watchdog's stack dumper, and a sweep's table (each array task
+        reads its arguments from the script; the table is for people and tools)."""
         # Ansible's template lookup, as a task's lookup('template') renders (its ansible_managed,
         # trim_blocks), given only the search path: it copies every variable it is given.
         lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
@@ -468,6 +473,8 @@ class ActionModule(ActionBase):
                             template_vars={"job": job})[0]
         files = [{"name": f"{job['job_name']}.sbatch", "content": script, "mode": "0600" if job["env"] else "0644"},
                  {"name": GPU_CHECK, "content": Path(self._find_needle("files", GPU_CHECK)).read_text(encoding="utf-8"),
+                  "mode": "0644"},
+                 {"name": HANG_DUMP, "content": Path(self._find_needle("files", HANG_DUMP)).read_text(encoding="utf-8"),
                   "mode": "0644"}]
         if job["sweep"]:
             files.append({"name": _rules.TABLE_NAME, "content": _rules.sweep_table(job["sweep"]), "mode": "0644"})

@@ -37,7 +37,8 @@ from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_requ
 # What job.json keeps of the job.
 RECORD_KEYS = ("job_id", "name", "user", "partition", "state", "outcome", "exit_code", "exit_signal", "reason",
                "nodes", "elapsed_seconds", "restarts", "stdout_path", "stderr_path", "log_tail", "failed_nodes",
-               "code", "run", "run_line", "request_differences", "points", "failure", "no_progress", "cost")
+               "code", "run", "run_line", "request_differences", "points", "failure", "no_progress", "cost",
+               "hangs")
 # What the ``collect`` option says, besides the job itself (the slurm_job result).
 COLLECT_SPEC = {
     # Where outputs/<name>-<id>/ go on the controller.
@@ -117,6 +118,23 @@ def job_failure(job):
     return _rules.first_failure(lines)
 
 
+def job_hangs(job):
+    """The attempts the job script's hang watchdog stopped (the ledger's attempts with a hang), each
+    with state HUNG, its suspect nodes (none when the stacks did not tell) and its stack dumps."""
+    return [{"job_id": attempt.get("job_id"), "restart": attempt.get("restart"), "state": "HUNG",
+             **attempt["hang"]} for attempt in (job.get("cost") or {}).get("attempts") or [] if attempt.get("hang")]
+
+
+def hang_line(hang):
+    """summary.txt's 'hung' row: 'attempt 0 of job 41 HUNG at step 20: suspect node111; stacks in ...'."""
+    at = f" at step {hang['step']}" if hang.get("step") is not None else ""
+    nodes = ", ".join(_rules.visible(node) for node in hang.get("suspect_nodes") or [])
+    dumps = ", ".join(_rules.visible(name) for name in hang.get("stack_dumps") or [])
+    return (f"attempt {hang['restart']} of job {hang['job_id']} HUNG{at}: suspect "
+            f"{nodes or 'nodes: none named (the stacks do not tell)'}; stacks in {dumps or 'no file'} (the run's "
+            "directory)")
+
+
 def failure_lines(failure):
     """The failure as a person reads it: who raised what, then the last frames."""
     where = "a process" if failure["rank"] is None else f"rank {failure['rank']} on {failure['node']}"
@@ -135,8 +153,9 @@ def report(job, staged, points, outputs):
     code = staged.get("code")
     run_words = run_line(staged, job)
     failure = job_failure(job)
+    hangs = job_hangs(job)
     record = {**job, "failed_nodes": failed, "code": code, "run": _rules.run_of_path(job.get("stdout_path")),
-              "run_line": run_words, "failure": failure}
+              "run_line": run_words, "failure": failure, "hangs": hangs}
     if staged.get("request_differences"):
         record["request_differences"] = staged["request_differences"]
     if tasks:
@@ -172,6 +191,7 @@ def report(job, staged, points, outputs):
         rows.extend(("", line) for line in why[1:])
     if job.get("no_progress"):
         rows.append(("stopped", no_progress_line(job)))
+    rows.extend(("hung", hang_line(hang)) for hang in hangs)
     if tasks:
         rows.append(("points", f"{job.get('tasks_done')} of {job.get('tasks_total')} final, "
                                f"{job.get('tasks_total', 0) - len(sweep['failed'])} completed"))

@@ -98,6 +98,9 @@ TABLE = (
           from_var="cluster_job_warning_seconds", request=True),
     Param("max_restarts", "int", None, "times the job requeues itself after the warning or a node failure; "
           "0 = --no-requeue", alias="max_restarts", from_var="cluster_job_max_restarts", request=True),
+    Param("hang_minutes", "float", 30, "minutes without a new log line or a touch of $TRAINING_HEARTBEAT after "
+          "which the training counts as hung: every rank's stacks dumped, the attempt failed as HUNG and requeued "
+          "from its checkpoint; 0 = no hang watchdog", alias="hang_minutes", request=True, given=True),
     Section("Environment of the training."),
     Param("cuda_home", "str", None, "'' = no CUDA (CPU jobs)", from_var="cluster_cuda_home", request=True, given=True),
     Param("replace_ld_library_path", "bool", False, "true: LD_LIBRARY_PATH is CUDA's lib64 only", request=True),

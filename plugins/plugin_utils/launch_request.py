@@ -199,12 +199,31 @@ INTEGERS = ("num_nodes", "gpus_per_node", "cpus_per_task", "nproc_per_node", "om
 # A launch's sweep (roles/slurm_launch's sweep_points): a job array, a task per point; the NAS job
 # templates have none.
 OPTIONAL = {"sweep": [], "sweep_parallel": 0}
+# The hang watchdog (a launch's hang_minutes and the dumper it stages): off where not given.
+OPTIONAL.update(hang_minutes=0, hang_dump="")
 
 
 # The signals a training can take as "checkpoint and stop" without other meaning to Slurm or torchrun.
 WARNING_SIGNALS = ("USR1", "USR2")
 # sbatch --signal takes up to 65535 seconds.
 MAX_WARNING_SECONDS = 0xFFFF
+# A week: a window longer than any time limit a site grants is a typo.
+MAX_HANG_MINUTES = 7 * 24 * 60
+HANG_MINUTES_RULE = (f"give minutes without a new log line after which the training counts as hung, 0 to "
+                     f"{MAX_HANG_MINUTES} (a fraction is allowed, e.g. 0.5), 0 for no hang watchdog")
+
+
+def hang_minutes(value):
+    """hang_minutes as a number (a whole one when it is), or None when it is not one of 0 to MAX_HANG_MINUTES."""
+    if isinstance(value, bool):
+        return None
+    try:
+        minutes = float(str(value).strip() or "0")
+    except ValueError:
+        return None
+    if not 0 <= minutes <= MAX_HANG_MINUTES:  # also NaN
+        return None
+    return int(minutes) if minutes.is_integer() else minutes
 
 
 def whole_number(key, value):
@@ -220,6 +239,10 @@ def train_job(request):
         raise AnsibleFilterError(f"train_job: missing {', '.join(missing)}")
     job = {**OPTIONAL, **request}
     job["sweep_parallel"] = whole_number("sweep_parallel", job["sweep_parallel"])
+    minutes = hang_minutes(job["hang_minutes"])
+    if minutes is None:
+        raise AnsibleFilterError(f"hang_minutes={job['hang_minutes']!r} is not allowed: {HANG_MINUTES_RULE}")
+    job["hang_minutes"] = minutes
     for key in INTEGERS:
         job[key] = whole_number(key, job[key])
     job["warning_signal"] = str(job["warning_signal"]).upper().removeprefix("SIG")
@@ -329,8 +352,9 @@ def value_problems(values):
     for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file"):
         if key in values and not _is_path(values[key]):
             refuse(key, values[key], PATH_RULE)
-    if "gpu_check" in values and not (_is_path(values["gpu_check"]) or _is_run_file(values["gpu_check"])):
-        refuse("gpu_check", values["gpu_check"], f"{PATH_RULE}, or {RUN_FILE_RULE}")
+    for key in ("gpu_check", "hang_dump"):
+        if key in values and not (_is_path(values[key]) or _is_run_file(values[key])):
+            refuse(key, values[key], f"{PATH_RULE}, or {RUN_FILE_RULE}")
     # Empty: the partition the job's nodes share, which the submission finds in Slurm.
     if "partition" in values and not _is_name(values["partition"], SLURM_NAME_RE):
         refuse("partition", values["partition"], f"a Slurm partition name: {SLURM_NAME_RULE}")
@@ -341,6 +365,8 @@ def value_problems(values):
                                                  "starting with a letter, digit or '_'")
     if "nodelist" in values and not _is_name(values["nodelist"], HOSTLIST_RE):
         refuse("nodelist", values["nodelist"], "a Slurm hostlist such as node[110-111]")
+    if "hang_minutes" in values and hang_minutes(values["hang_minutes"]) is None:
+        refuse("hang_minutes", values["hang_minutes"], HANG_MINUTES_RULE)
     if "rendezvous" in values and values["rendezvous"] not in RENDEZVOUS:
         refuse("rendezvous", values["rendezvous"], " or ".join(RENDEZVOUS))
     if "time_limit" in values and (isinstance(values["time_limit"], bool)

@@ -32,7 +32,7 @@ def job(**overrides):
         "conda_root": "/starmap/nas/anaconda3", "conda_env": "magicdrivedit", "venv": "",
         "nccl_env_file": "/starmap/nas/env/nccl-gpu_A6000.sh", "env": {}, "rendezvous": "static", "master_port": 0,
         "script": "/starmap/nas/code/train.py", "script_args": [], "gpu_check": "/starmap/nas/jobs/alice/train/gpu_check.py",
-        "end_marker": "/starmap/nas/jobs/magicdrive/.%j.ended",
+        "end_marker": ".%j.ended",
     }
     base.update(overrides)
     return base
