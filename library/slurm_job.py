@@ -967,8 +967,10 @@ class SlurmClient:
     def run_once(self, argv, cwd=None):
         self.queries += 1
         started = time.monotonic()
-        rc, out, err = self.module.run_command(argv, cwd=cwd, environ_update=self.environ,
-                                               expand_user_and_vars=False)
+        # PWD as a shell in cwd has it: sbatch hands it to the job, whose shell then names its
+        # working directory as it was given, not with links resolved (a name the nodes may not know).
+        environ = {**self.environ, "PWD": cwd} if cwd else self.environ
+        rc, out, err = self.module.run_command(argv, cwd=cwd, environ_update=environ, expand_user_and_vars=False)
         # How long Slurm did not answer: from the first failed try to the next answer.
         if is_transient_error(rc, err):
             self.unanswered_since = self.unanswered_since or started
@@ -1245,7 +1247,7 @@ class SlurmJobRunner:
         # The partition a job script that names none goes to: the one its nodes share (check_nodes).
         self.partition_option = []
         # A staged job's working directory, its run's, by the name the site gives it: sbatch's own
-        # (SLURM_SUBMIT_DIR) is its cwd with links resolved, a name the nodes may not know.
+        # (SLURM_SUBMIT_DIR, Slurm's WorkDir and so the log's path) is its cwd with links resolved.
         self.chdir_option = []
         if self.params["job_id"] is None:
             self.owner = {"uid": os.geteuid(), "user": self.slurm.user, "name": None}

@@ -1,12 +1,14 @@
 """docs/architecture.md lists one launch's path file by file: the code a launch runs, at most 12
-files. The Python files of that list are exactly what the launch's two actions and its module
-import of the collection, followed import by import, so an import added to the path shows up in
-the list (and in its count) or fails here."""
+files, and beside them the programs its job script runs on the nodes. The Python files of the
+path are exactly what the launch's two actions and its module import of the collection, followed
+import by import, and the node programs what the launch stages beside the job script, so an
+import or a program added to the launch shows up in the list (and in its count) or fails here."""
 
 import ast
 import re
 
 from conftest import PROJECT_ROOT
+from test_slurm_launch_request_action import script  # noqa: F401  (a fixture)
 
 PACKAGE = "ansible_collections.hpc.slurm_train."
 # Where the launch starts: the two tasks' actions and the module they run.
@@ -14,11 +16,19 @@ ENTRIES = ("plugins/action/slurm_launch_request.py", "plugins/action/slurm_job.p
 MOST_FILES = 12
 
 
+def path_block():
+    text = (PROJECT_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    return text.split("## One launch, file by file", 1)[1].split("```")[1]
+
+
 def listed_files():
     """The numbered files of the architecture's "One launch, file by file" block, in order."""
-    text = (PROJECT_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    block = text.split("## One launch, file by file", 1)[1].split("```")[1]
-    return [match[2] for match in re.finditer(r"^\s*(\d+)\s+(\S+)", block, re.MULTILINE)]
+    return [match[2] for match in re.finditer(r"^\s*(\d+)\s+(\S+)", path_block(), re.MULTILINE)]
+
+
+def listed_node_programs():
+    """The block's files marked '-': what the job script runs on its nodes."""
+    return [match[1] for match in re.finditer(r"^\s*-\s+(\S+)", path_block(), re.MULTILINE)]
 
 
 def collection_file(module):
@@ -56,10 +66,14 @@ def test_the_listed_path_is_what_the_launch_imports_and_at_most_twelve_files():
     assert len(listed) == len(set(listed)) <= MOST_FILES, listed
     for path in listed:
         assert (PROJECT_ROOT / path).is_file(), path
-    python = {path for path in listed if path.endswith(".py") and not path.startswith("roles/")}
-    assert python == launch_imports()
-    # What the launch renders and writes beside the job script.
-    assert {"templates/train.sbatch.j2", "roles/slurm_launch/files/gpu_check.py"} <= set(listed)
+    assert {path for path in listed if path.endswith(".py")} == launch_imports()
+    assert "templates/train.sbatch.j2" in listed
+
+
+def test_the_listed_node_programs_are_what_the_launch_stages_beside_the_job_script(script):
+    from test_slurm_launch_request_action import request, run
+    staged = {one["name"] for one in run(request(script))["job_files"] if one["name"].endswith(".py")}
+    assert listed_node_programs() == [f"roles/slurm_launch/files/{name}" for name in sorted(staged)]
 
 
 def test_both_import_forms_are_followed():

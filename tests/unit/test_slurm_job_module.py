@@ -218,7 +218,9 @@ def test_submit_and_follow_to_completed(slurm_cli, clock, script, comment, tmp_p
         sbatch_argv(script, comment, "--nodes=2", "--partition=gpu_A6000"),
         *[SCONTROL] * 6,
     ]
-    assert all(call["environ_update"] == {"LC_ALL": "C"} for call in slurm_cli.calls)
+    # sbatch runs in chdir with PWD naming it, as a shell there would: the job's shell gets it.
+    assert [call["environ_update"] for call in slurm_cli.calls] == [
+        {"LC_ALL": "C"}, {"LC_ALL": "C", "PWD": str(tmp_path)}, *[{"LC_ALL": "C"}] * 6]
     assert all(call["expand_user_and_vars"] is False for call in slurm_cli.calls)
     assert slurm_cli.calls[1]["cwd"] == str(tmp_path)
     # Back-off doubles while the state holds and starts over when it changes.
