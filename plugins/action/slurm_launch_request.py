@@ -23,7 +23,8 @@ description:
     limit, env, directives, a sweep), the training script on the controller, and the job's
     nodes against the inventory (names, node group, counts, whether the request fits them).
   - With O(render), puts the job together (the cluster role's C(train_job) values) and renders
-    its files: the job script from C(train.sbatch.j2), the GPU check C(gpu_check.py), and a
+    its files: the job script from C(train.sbatch.j2), the GPU check C(gpu_check.py), the health
+    gate's C(health_check.py) and C(allreduce_check.py), and a
     sweep's table. The run's and the code's directories and, unless given, the partition are
     placeholders there, which the slurm_job module fills in as it stages the job.
   - Returns its findings, for the task to register (RV(job), RV(job_files), RV(node_plan), ...): not
@@ -156,6 +157,8 @@ SECRET_SOURCES = ("put it in a file only you can read (chmod 600 secrets.yml; -e
 JOB_TEMPLATE = "train.sbatch.j2"
 # Written into the run's directory; the job runs it on every node before a GPU job trains.
 GPU_CHECK = "gpu_check.py"
+# The health gate's program, and the all-reduce it imports, beside the GPU check (it imports that too).
+HEALTH_CHECK, ALLREDUCE_CHECK = "health_check.py", "allreduce_check.py"
 PLACEHOLDER_CHARS = string.ascii_lowercase + string.digits
 
 
@@ -399,6 +402,9 @@ def put_together(request, script_file, script_args, code_dir, job_name, plan, ma
         "sweep_parallel": request["sweep_parallel"],
         # GPU_CHECK, written into the run's directory by the staging run.
         "gpu_check": f"{marks['run_dir']}/{GPU_CHECK}",
+        "health_check": f"{marks['run_dir']}/{HEALTH_CHECK}" if boolean(request["health_gate"], strict=False) else "",
+        "health_slow_factor": request["health_slow_factor"],
+        "health_matmul_size": request["health_matmul_size"],
     })
 
 
@@ -470,7 +476,7 @@ class ActionModule(ActionBase):
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be
-        tokens), the GPU check, and a sweep's table (each array task reads its arguments from the
+        tokens), the GPU check, the health gate's programs, and a sweep's table (each array task reads its arguments from the
         script; the table is for people and tools)."""
         # Ansible's template lookup, as a task's lookup('template') renders (its ansible_managed,
         # trim_blocks), given only the search path: it copies every variable it is given.
@@ -481,6 +487,9 @@ class ActionModule(ActionBase):
         files = [{"name": f"{job['job_name']}.sbatch", "content": script, "mode": "0600" if job["env"] else "0644"},
                  {"name": GPU_CHECK, "content": Path(self._find_needle("files", GPU_CHECK)).read_text(encoding="utf-8"),
                   "mode": "0644"}]
+        if job["health_check"]:
+            files += [{"name": name, "content": Path(self._find_needle("files", name)).read_text(encoding="utf-8"),
+                       "mode": "0644"} for name in (HEALTH_CHECK, ALLREDUCE_CHECK)]
         if job["sweep"]:
             files.append({"name": _sweep.TABLE_NAME, "content": _sweep.sweep_table(job["sweep"]), "mode": "0644"})
         return files

@@ -18,6 +18,9 @@ INTEGERS = ("num_nodes", "gpus_per_node", "cpus_per_task", "nproc_per_node", "om
 # A launch's sweep (roles/slurm_launch's sweep_points): a job array, a task per point; the NAS job
 # templates have none.
 OPTIONAL = {"sweep": [], "sweep_parallel": 0}
+# The health gate (a launch's; the NAS job templates have none): its program's path, '' for none.
+HEALTH_DEFAULTS = {"health_check": "", "health_slow_factor": 1.5, "health_matmul_size": 0}
+OPTIONAL.update(HEALTH_DEFAULTS)
 
 
 # The signals a training can take as "checkpoint and stop" without other meaning to Slurm or torchrun.
@@ -33,12 +36,26 @@ def whole_number(key, value):
     return int(text)
 
 
+def slow_factor(value):
+    """The health gate's factor: a number over 1 (1.5: a node 50% slower than the others' median)."""
+    try:
+        factor = float(value) if not isinstance(value, bool) else 0.0
+    except (TypeError, ValueError):
+        factor = 0.0
+    if not 1 < factor < float("inf"):
+        raise AnsibleFilterError(f"health_slow_factor={value!r} is not allowed: give a number over 1, e.g. 1.5 (a node "
+                                 "whose matmul takes over 1.5 times the median of the other nodes' is slow)")
+    return factor
+
+
 def train_job(request):
     missing = [key for key in JOB_KEYS if key not in request]
     if missing:
         raise AnsibleFilterError(f"train_job: missing {', '.join(missing)}")
     job = {**OPTIONAL, **request}
     job["sweep_parallel"] = whole_number("sweep_parallel", job["sweep_parallel"])
+    job["health_matmul_size"] = whole_number("health_matmul_size", job["health_matmul_size"])
+    job["health_slow_factor"] = slow_factor(job["health_slow_factor"])
     for key in INTEGERS:
         job[key] = whole_number(key, job[key])
     job["warning_signal"] = str(job["warning_signal"]).upper().removeprefix("SIG")
@@ -138,7 +155,7 @@ def value_problems(values):
                 refuse("end_marker", values["end_marker"], f"{PATH_RULE} ('%j' is the job id)")
     if "jobs_dir" in values and not (values["jobs_dir"] and _is_path(values["jobs_dir"])):
         refuse("slurm_launch_jobs_dir", values["jobs_dir"], PATH_RULE)
-    for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file", "gpu_check"):
+    for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file", "gpu_check", "health_check"):
         if key in values and not _is_path(values[key]):
             refuse(key, values[key], PATH_RULE)
     if "partition" in values and not _is_name(values["partition"], SLURM_NAME_RE, allow_empty=False):
