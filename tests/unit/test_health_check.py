@@ -115,7 +115,7 @@ def test_the_decisions_say_why():
     decide = health_check.decide
     assert "the node list was given" in decide(SLOW, "", True, 0, 2, [], [], 2)["message"]
     assert decide(SLOW, "", False, 0, 2, ["n1", "n2", "n3"], [], 2)["message"] == \
-        "requeued without n2 (restart 1 of at most 2)"
+        "without n2 (restart 1 of at most 2)"
     assert "no restarts left (2)" in decide(SLOW, "", False, 2, 2, ["n1", "n2", "n3"], [], 2)["message"]
     assert "the partition has 1 other node(s) (n1) for the job's 2: no spare" in \
         decide(SLOW, "", False, 0, 2, ["n1", "n2"], [], 2)["message"]
@@ -167,7 +167,8 @@ def test_the_judge_of_a_node_group_requeues_without_the_slow_node(tmp_path):
     assert verdict == "requeue n0,n2 n2:HEALTH", "the job's own exclusions kept"
     assert ("health gate: n2 slow: matmul 2.000 s against 0.200 s, the median of the other nodes (10.0x, over 1.5x)"
             in said.splitlines())
-    assert "requeued without n2 (restart 1 of at most 2)" in said
+    assert re.search(r"^health gate: restart 0: requeued in [0-9.]+ s \(2 nodes, matmul 0\.200-2\.000 s, all-reduce "
+                     r"1 MiB 1\.2 ms \(gloo\)\): without n2 \(restart 1 of at most 2\)$", said, re.M), said
     assert records[0]["named"][0]["seconds"] == 2.0 and records[0]["named"][0]["median_seconds"] == 0.2
 
 
@@ -198,7 +199,7 @@ def test_only_whole_records_are_read_back():
 
 def test_a_record_read_back_without_parts_still_makes_a_line():
     assert health_check.summary_line({"restart": 1, "action": "fail", "nodes": {"n1": {"error": "x"}}, "named": []}) == \
-        "restart 1: fail (1 nodes)"
+        "restart 1: failed (1 nodes)"
 
 
 @pytest.mark.parametrize("argv", [["--slow-factor", "1"], ["--matmul-size", "-1"], ["--timeout", "0"]])

@@ -250,8 +250,8 @@ def test_the_health_gate_is_in_the_record_the_summary_and_the_failure(tmp_path, 
     _, failure, _, shown = collect(tmp_path, job)
     record = json.loads((tmp_path / "outputs" / "train-7" / "job.json").read_text())
     assert record["health"] == [passed, GATE]
-    slow = ("restart 0: not training on node111: the node list was given, so the job cannot leave it out in 9.1 s "
-            "(2 nodes, matmul 0.250-2.610 s, all-reduce 1 MiB 3.7 ms (gloo)); node111 slow: matmul 2.610 s against "
+    slow = ("restart 0: failed in 9.1 s (2 nodes, matmul 0.250-2.610 s, all-reduce 1 MiB 3.7 ms (gloo)): not training "
+            "on node111: the node list was given, so the job cannot leave it out; node111 slow: matmul 2.610 s against "
             "0.250 s, the median of the other nodes (10.44x, over 1.5x)")
     assert [line for line in shown.lines if line.startswith("health ")] == [
         "health     restart 0: passed in 3.0 s (2 nodes, matmul 0.250-2.610 s, all-reduce 1 MiB 3.7 ms (gloo))",

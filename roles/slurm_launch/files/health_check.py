@@ -313,7 +313,7 @@ def decide(named, problem, explicit, restart, max_restarts, partition_nodes, exc
                 "message": f"not training on {bad}, and the partition has {len(left)} other node(s) "
                            f"({', '.join(left) or 'none'}) for the job's {num_nodes}: no spare to requeue onto"}
     return {"action": "requeue", "exclude": exclude,
-            "message": f"requeued without {bad} (restart {restart + 1} of at most {max_restarts})"}
+            "message": f"without {bad} (restart {restart + 1} of at most {max_restarts})"}
 
 
 def _scontrol(*argv):
@@ -332,6 +332,10 @@ def slurm_view(job_id, partition):
         return [] if value in ("", "(null)") else _scontrol("show", "hostnames", value).split()
     return (field(_scontrol("show", "partition", partition, "-o"), "Nodes"),
             field(_scontrol("show", "job", str(job_id), "-o"), "ExcNodeList"))
+
+
+# How the log and summary.txt say each verdict.
+DONE = {"pass": "passed", "requeue": "requeued", "fail": "failed"}
 
 
 def _number(value):
@@ -355,9 +359,11 @@ def summary_line(record):
     seconds = _number(record.get("seconds"))
     named = "; ".join(f"{one.get('node')} {one.get('why')}" for one in record.get("named") or []
                       if isinstance(one, dict))
-    return (f"restart {record.get('restart')}: {record.get('message') or record.get('action')}"
+    action = record.get("action")
+    message = record.get("message") if action != "pass" else ""
+    return (f"restart {record.get('restart')}: {DONE.get(action, action)}"
             f"{f' in {seconds:.1f} s' if seconds is not None else ''} ({', '.join(parts)})"
-            + (f"; {named}" if named else ""))
+            + (f": {message}" if message else "") + (f"; {named}" if named else ""))
 
 
 def judge_main(args):
