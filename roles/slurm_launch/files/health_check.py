@@ -117,14 +117,46 @@ def compute_device(gpus_per_node):
     return ("cuda" if backend == "nccl" else "cpu"), backend
 
 
-def matmul_seconds(device, size, repeats=REPEATS):
-    """{device name: its best time of ``repeats`` float32 size x size matmuls}; on GPUs all at once."""
+class Waited(Exception):
+    """This node stopped because another failed, or did not come: not this node's failure."""
+
+
+class Lockstep:
+    """A barrier of every node at the store before each timed matmul, so that every node computes
+    at the same moment and what nodes share (a switch, a filesystem; on a test cluster, its CPUs)
+    weighs on all alike. A node that fails says so (abort), and the others stop at their next
+    barrier rather than wait out the gate's time."""
+
+    def __init__(self, store, world, deadline):
+        self.store, self.world, self.deadline, self.count = store, world, deadline, 0
+
+    def __call__(self):
+        self.count += 1
+        name = f"lockstep/{self.count}"
+        if self.store.add(name, 1) >= self.world:
+            self.store.set(f"{name}/go", "1")
+        while not self.store.check([f"{name}/go"]):
+            if self.store.check(["abort"]):
+                raise Waited(f"stopped: {self.store.get('abort').decode(errors='replace')} failed")
+            if time.monotonic() > self.deadline:
+                raise Waited("stopped: not every node came to its matmul in the gate's time")
+            time.sleep(0.005)
+
+    def abort(self, node):
+        self.store.set("abort", node)
+
+
+def matmul_seconds(device, size, barrier=lambda: None, repeats=REPEATS):
+    """{device name: its best time of ``repeats`` float32 size x size matmuls, each after
+    ``barrier()``}; on GPUs all at once."""
     import torch
     if device == "cpu":
         a, b = torch.randn(size, size), torch.randn(size, size)
+        barrier()
         torch.mm(a, b)
         best = float("inf")
         for _ in range(repeats):
+            barrier()
             started = time.perf_counter()
             torch.mm(a, b)
             best = min(best, time.perf_counter() - started)
@@ -133,6 +165,7 @@ def matmul_seconds(device, size, repeats=REPEATS):
     inputs = {gpu: (torch.randn(size, size, device=gpu), torch.randn(size, size, device=gpu)) for gpu in gpus}
     best = dict.fromkeys(gpus, float("inf"))
     for repeat in range(repeats + 1):
+        barrier()
         events = {}
         for gpu, (a, b) in inputs.items():
             with torch.cuda.device(gpu):
@@ -180,14 +213,16 @@ def node_main(args):
     master = os.environ.get("MASTER_ADDR") or node
     deadline = time.monotonic() + args.timeout
     found = {"node": node, "rank": rank}
-    store = None
+    store = lockstep = None
     try:
         store = connect(args.dir, args.tag, rank, world, master, deadline)
+        lockstep = Lockstep(store, world, deadline)
         if args.gpus_per_node:
             gpu_check, _ = _imports()
             problems = gpu_check.check_node(args.gpus_per_node, args.cuda_home)
             if problems:
                 found["gpu_check"] = problems
+                lockstep.abort(node)
         if "gpu_check" not in found:
             device, backend = compute_device(args.gpus_per_node)
             import torch
@@ -196,14 +231,18 @@ def node_main(args):
                 torch.set_num_threads(max(1, min(int(os.environ.get("SLURM_CPUS_PER_TASK") or 1),
                                                  len(os.sched_getaffinity(0)))))
             size = args.matmul_size or AUTO_SIZE[device]
-            times = matmul_seconds(device, size)
+            times = matmul_seconds(device, size, lockstep)
             found.update(seconds=round(max(times.values()), 4), device=device, size=size, backend=backend,
                          devices={name: round(value, 4) for name, value in times.items()},
                          threads=torch.get_num_threads() if device == "cpu" else None)
             print(f"health-check {node}: matmul {found['seconds']:.3f} s ({device}, {size}x{size} float32, best of "
                   f"{REPEATS}{', slowest of %d GPUs' % len(times) if device == 'cuda' else ''})", flush=True)
+    except Waited as waited:
+        found["waited"] = str(waited)
     except Exception as error:  # noqa: BLE001  (a node that cannot compute is a finding, reported)
         found["error"] = f"{type(error).__name__}: {error}"[-300:]
+        if lockstep is not None:
+            lockstep.abort(node)
     if store is not None:
         found.update(allreduce=meet(store, found, rank, world, deadline))
     _write(result_path(args.dir, args.tag, node), json.dumps(found) + "\n")
@@ -265,15 +304,19 @@ def named_nodes(results, nodes, factor):
             named.append({"node": node, "reason": HEALTH, "why": "no result: its check did not finish"})
         elif found.get("gpu_check"):
             named.append({"node": node, "reason": GPU_CHECK, "why": "failed the GPU check: " + "; ".join(found["gpu_check"])})
-        elif "seconds" not in found:
-            named.append({"node": node, "reason": HEALTH, "why": f"failed its matmul: {found.get('error')}"})
+        elif found.get("error"):
+            named.append({"node": node, "reason": HEALTH, "why": f"failed its matmul: {found['error']}"})
     times = {node: results[node]["seconds"] for node in nodes if "seconds" in results.get(node, {})}
     for slow in slow_nodes(times, factor):
         named.append({**slow, "reason": HEALTH,
                       "why": f"slow: matmul {slow['seconds']:.3f} s against {slow['median_seconds']:.3f} s, the median of "
                              f"the other nodes ({slow['ratio']}x, over {factor}x)"})
     problem = ""
-    if not named:
+    # A node stopped by another's failure, or by one that never came, is not named for it.
+    waited = sorted({found["waited"] for found in results.values() if found.get("waited")})
+    if not named and waited:
+        problem = f"the nodes did not time their matmuls together ({'; '.join(waited)})"
+    elif not named:
         reduced = [results[node].get("allreduce") or {} for node in nodes]
         errors = sorted({one.get("error") for one in reduced if one.get("error")})
         wrong = max((one.get("wrong") or 0 for one in reduced), default=0)
