@@ -7,14 +7,17 @@ quota is a twentieth of one CPU (cgroup v2's cpu.max; cpu.cfs_quota_us on a cgro
 machine is), so that every process of a job on node111 (its slurmstepd and the gate's python,
 forked by slurmd) inherits the quota. A launch pinned to node110,node111 then fails before
 training, the gate naming node111 with its time against node110's, in the log, summary.txt and
-job.json. (The requeue without the node of a node group's launch needs a spare node, which this
-two-node cluster has not: tests/unit/test_health_check.py and test_job_template.py hold that.)"""
+job.json; so does a launch of two nodes of the node group, the gate having asked Slurm for a spare
+node to requeue onto and found none. (The requeue itself needs a spare, which this two-node
+cluster has not: tests/unit/test_health_check.py and test_job_template.py hold it.)"""
 
 import json
 import re
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from launch import TRAINER, launch, outputs_of, unique_job_name
 
@@ -66,13 +69,19 @@ def slurmd_pid(cluster, node):
     return int((cluster.state_dir / "run" / f"slurmd-{node}.pid").read_text())
 
 
-def test_a_node_slowed_through_its_cgroups_cpu_quota_is_named_and_the_pinned_job_fails(cluster, tmp_path):
+@pytest.mark.parametrize("where, verdict", [
+    ([NODES], "not training on node111: the node list was given"),
+    # A node group's job is requeued without the node only onto a spare: this cluster has none.
+    (["group=gpu_A6000", "num_nodes=2"], "not training on node111, and the partition has 1 other node(s) (node110) "
+                                         "for the job's 2: no spare to requeue onto"),
+])
+def test_a_node_slowed_through_its_cgroups_cpu_quota_is_named_and_the_job_fails(cluster, tmp_path, where, verdict):
     name = unique_job_name("slownode")
     slow = slurmd_pid(cluster, "node111")
     before = _cpu_cgroup_of(slow)
     with cpu_quota(slow, 0.05) as group:
         assert str(slow) in (group / "cgroup.procs").read_text().split()
-        proc = launch(tmp_path, NODES, f"script={TRAINER}", "nproc_per_node=1", f"job_name={name}",
+        proc = launch(tmp_path, *where, f"script={TRAINER}", "nproc_per_node=1", f"job_name={name}",
                       json.dumps({"script_args": "--steps 4 --log-every 2"}))
     assert _cpu_cgroup_of(slow) == before, "node111's slurmd is back at full speed"
     assert proc.returncode != 0, proc.stdout[-3000:]
@@ -90,11 +99,11 @@ def test_a_node_slowed_through_its_cgroups_cpu_quota_is_named_and_the_pinned_job
     said = (f"health gate: node111 slow: matmul {named['seconds']:.3f} s against {fast:.3f} s, the median of the "
             f"other nodes ({named['ratio']}x, over 1.5x)")
     assert said in log, log[-3000:]
-    assert "not training on node111: the node list was given" in log
+    assert verdict in log and gate["message"].startswith(verdict), gate
     assert "health gate failed (the reasons above): not training" in log
     assert "training step finished" not in log and "world_size=" not in log, "nothing trained"
     summary = (folder / "summary.txt").read_text()
-    assert re.search(r"^health +restart 0: failed in [0-9.]+ s \(2 nodes, matmul .*\): not training on node111: .*; "
+    assert re.search(r"^health +restart 0: failed in [0-9.]+ s \(2 nodes, matmul .*\): not training on node111[:,] .*; "
                      r"node111 slow: matmul", summary, re.M), summary
     assert re.search(r"health gate: restart 0: failed in [0-9.]+ s \(2 nodes, .*\): not training on node111",
                      proc.stdout), "the launch's failure says it"
