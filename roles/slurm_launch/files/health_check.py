@@ -36,8 +36,8 @@ import time
 
 # What a named node is marked bad for (the job script's mark_bad_node).
 HEALTH, GPU_CHECK = "HEALTH", "GPU_CHECK"
-# Matmul side when not given: big enough that a GPU's time is not launch overhead, and that on CPU
-# each repetition outlasts a CFS period (100 ms), so a cgroup's CPU quota shows in every one.
+# Matmul side when not given: big enough that a GPU's time is not launch overhead, and that on a
+# few CPUs each repetition outlasts a CFS period (100 ms), so a cgroup's CPU quota shows in each.
 AUTO_SIZE = {"cuda": 8192, "cpu": 2048}
 # Timed matmuls per device after one untimed; a node's time is its slowest device's best one, so a
 # moment's contention does not name a node, and a node slow all the time is named.
