@@ -568,7 +568,9 @@ cost:
       elapsed time; CPU-hours when the job had no GPU, C(unit) says which); C(lost_hours) (what
       failed attempts and attempts cut by a node failure did after their last checkpoint),
       C(steps_redone) (steps trained again after each resume), C(queue_seconds) (time waiting
-      in the queue, null without accounting) and C(attempts), one line each. C(source) says
+      in the queue, null without accounting) and C(attempts), one line each (with C(hang), its
+      C(suspect_nodes), C(step) and C(stack_dumps), where the job script's hang watchdog stopped
+      it, see C(templates/train.sbatch.j2)). C(source) says
       where the figures come from, C(sacct) or the job script's own record when accounting does
       not answer. Null before the job is final, or when neither tells.
   returned: always
@@ -722,12 +724,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hpc.slurm_train.plugins.module_utils.cluster_rules import (
     collected_paths, job_script_name, run_of_path, visible,
 )
-from ansible_collections.hpc.slurm_train.plugins.module_utils.health_gate import HEALTH_FILE, parse_health
 from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import (
     STAGE_SPEC, Refused, check_placeholders, fill_placeholders, open_owned_file, owner_name, release_runs_lock, stage,
 )
 from ansible_collections.hpc.slurm_train.plugins.module_utils.run_cost import (
-    ATTEMPTS_FILE, COST_FIELDS, ledger, parse_attempts, parse_cost_sacct,
+    ATTEMPTS_FILE, COST_FIELDS, HEALTH_FILE, ledger, parse_attempts, parse_cost_sacct, parse_health,
 )
 from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     INVALID_JOB_ID,

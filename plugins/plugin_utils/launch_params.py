@@ -98,6 +98,9 @@ TABLE = (
           from_var="cluster_job_warning_seconds", request=True),
     Param("max_restarts", "int", None, "times the job requeues itself after the warning or a node failure; "
           "0 = --no-requeue", alias="max_restarts", from_var="cluster_job_max_restarts", request=True),
+    Param("hang_minutes", "float", 30, "minutes without a new log line or a touch of $TRAINING_HEARTBEAT after "
+          "which the training counts as hung: every rank's stacks dumped, the attempt failed as HUNG and requeued "
+          "from its checkpoint; 0 = no hang watchdog", alias="hang_minutes", request=True, given=True),
     Section("The health gate (docs/resilience.md), at every start and restart, before training: the GPU check, a "
             "timed matmul on each GPU of each node (on CPU where the training computes on CPU) and one timed "
             "all-reduce across the nodes. A node that fails, or is slow, is named: the job is requeued without it "

@@ -1,7 +1,7 @@
 """The health gate's program (roles/slurm_launch/files/health_check.py): the slow-node rule, the
 nodes it names, what it decides (pass, requeue without them, fail), its judge as the job script
 runs it (files of each node, a stand-in scontrol), a real two-node run on this machine, and the
-records a launch reads back (plugins/module_utils/health_gate.py)."""
+records a launch reads back (plugins/module_utils/run_cost.py's parse_health)."""
 
 import json
 import os
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hpc.slurm_train.plugins.module_utils import health_gate
+from ansible_collections.hpc.slurm_train.plugins.module_utils import run_cost
 from ansible_collections.hpc.slurm_train.roles.slurm_launch.files import health_check
 
 PROGRAM = Path(health_check.__file__)
@@ -161,7 +161,7 @@ def judge(tmp_path, results, *options, excluded=""):
                           capture_output=True, text=True, timeout=60,
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin", "EXCLUDED": excluded})
     assert proc.returncode == 0, proc.stderr
-    records = health_gate.parse_health((tmp_path / "health-42.jsonl").read_text())
+    records = run_cost.parse_health((tmp_path / "health-42.jsonl").read_text())
     return proc.stdout.strip(), proc.stderr, records
 
 
@@ -172,6 +172,7 @@ def test_the_judge_passes_well_nodes_and_says_its_cost(tmp_path):
                         r"all-reduce 1 MiB 1\.2 ms \(gloo\)\)", said.strip()), said
     (record,) = records
     assert (record["action"], record["named"], record["restart"]) == ("pass", [], 0)
+    assert "health gate: " + record["summary"] == said.strip(), "summary.txt shows the gate's own line"
     assert 3 <= record["seconds"] < 10
     assert record["allreduce"]["time_us"] == 1200.0
     assert "allreduce" not in record["nodes"]["n1"], "the all-reduce once, not once a node"
@@ -185,6 +186,8 @@ def test_the_judge_of_a_node_group_requeues_without_the_slow_node(tmp_path):
     assert re.search(r"^health gate: restart 0: requeued in [0-9.]+ s \(2 nodes, matmul 0\.200-2\.000 s, all-reduce "
                      r"1 MiB 1\.2 ms \(gloo\)\): without n2 \(restart 1 of at most 2\)$", said, re.M), said
     assert records[0]["named"][0]["seconds"] == 2.0 and records[0]["named"][0]["median_seconds"] == 0.2
+    assert records[0]["summary"].endswith("without n2 (restart 1 of at most 2); n2 slow: matmul 2.000 s against "
+                                          "0.200 s, the median of the other nodes (10.0x, over 1.5x)")
 
 
 def test_the_judge_of_a_node_list_fails_naming_the_slow_node_and_appends_each_attempt(tmp_path):
@@ -202,14 +205,14 @@ def test_the_judge_fails_when_a_node_left_no_result(tmp_path):
 
 
 def test_the_record_file_is_the_one_a_launch_reads():
-    assert health_check.record_path("/run", 42) == os.path.join("/run", health_gate.HEALTH_FILE.format(job_id=42))
+    assert health_check.record_path("/run", 42) == os.path.join("/run", run_cost.HEALTH_FILE.format(job_id=42))
 
 
 def test_only_whole_records_are_read_back():
     good = {"restart": 0, "action": "pass", "nodes": {}, "named": [], "seconds": 1.0}
     text = "\n".join([json.dumps(good), '{"restart": 1, "action": "pa', json.dumps({**good, "action": "maybe"}),
                       json.dumps([1, 2]), json.dumps({**good, "restart": 1})])
-    assert [record["restart"] for record in health_gate.parse_health(text)] == [0, 1]
+    assert [record["restart"] for record in run_cost.parse_health(text)] == [0, 1]
 
 
 def test_a_record_read_back_without_parts_still_makes_a_line():

@@ -435,6 +435,8 @@ def judge_main(args):
               "named": named, "action": verdict["action"], "message": verdict["message"]}
     for found in record["nodes"].values():
         found.pop("allreduce", None)
+    # The gate's own words for the attempt, which summary.txt shows as they are.
+    record["summary"] = summary_line(record)
     try:
         with open(record_path(args.dir, args.tag), "a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")
