@@ -586,7 +586,8 @@ health:
       problems; C(allreduce) (C(backend), C(bytes), C(time_us) of the slowest node); C(named), the
       nodes named, each with C(node), C(reason) (C(HEALTH) or C(GPU_CHECK)), C(why), and for a slow
       one its C(seconds) against C(median_seconds), the median of the other nodes'; C(action)
-      (C(pass), C(requeue) or C(fail)) and C(message).
+      (C(pass), C(requeue) or C(fail)), C(message), and C(summary), the gate's line of it as the
+      log and C(summary.txt) say it.
     - Null for a job without the gate, or a job array.
   returned: always
   type: list
