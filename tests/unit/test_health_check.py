@@ -272,3 +272,18 @@ def test_a_node_that_fails_tells_the_others_who_then_do_not_wait_for_it(tmp_path
     assert found[0]["allreduce"] == {"skipped": "not every node computed (n1, n2)"}
     named, _ = health_check.named_nodes({one["node"]: one for one in found.values()}, ["n1", "n2"], 1.5)
     assert [(one["node"], one["reason"]) for one in named] == [("n2", "GPU_CHECK")]
+
+
+def test_a_node_that_cannot_reach_rank_0s_store_waits_and_rank_0_is_named(tmp_path):
+    """Node rank 0 never opened its store (it died before): the other node waits out the gate's
+    time, says so, and is not named; rank 0, with no result, is."""
+    pytest.importorskip("torch")
+    env = {"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "n2", "SLURM_NODEID": "1", "SLURM_NNODES": "2",
+           "MASTER_ADDR": "127.0.0.1"}
+    proc = subprocess.run([sys.executable, str(PROGRAM), "--dir", str(tmp_path), "--tag", "42", "--timeout", "2"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads((tmp_path / ".42.health.n2").read_text())
+    assert found["waited"].startswith("no store on 127.0.0.1: TimeoutError: node rank 0 (127.0.0.1) opened no store")
+    named, _ = health_check.named_nodes({"n2": found}, ["n1", "n2"], 1.5)
+    assert [(one["node"], one["why"]) for one in named] == [("n1", "no result: its check did not finish")]

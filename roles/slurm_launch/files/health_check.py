@@ -213,47 +213,54 @@ def node_main(args):
     master = os.environ.get("MASTER_ADDR") or node
     deadline = time.monotonic() + args.timeout
     found = {"node": node, "rank": rank}
-    store = lockstep = None
     try:
         store = connect(args.dir, args.tag, rank, world, master, deadline)
-        lockstep = Lockstep(store, world, deadline)
+    except Exception as error:  # noqa: BLE001
+        # Node rank 0 opens the store: another node that cannot reach it is not to blame for it.
+        found["error" if rank == 0 else "waited"] = f"no store on {master}: {type(error).__name__}: {error}"[-300:]
+        _write(result_path(args.dir, args.tag, node), json.dumps(found) + "\n")
+        return 0
+    found.update(compute(args, node, Lockstep(store, world, deadline)))
+    found.update(allreduce=meet(store, found, rank, world, deadline))
+    _write(result_path(args.dir, args.tag, node), json.dumps(found) + "\n")
+    store.set(f"done/{rank}", "1")
+    if rank == 0:  # the store lives in this process: it stays until every node is done with it
+        try:
+            store.wait([f"done/{other}" for other in range(world)])
+        except Exception:  # noqa: BLE001  (a node that died: the judge names it)
+            pass
+    return 0
+
+
+def compute(args, node, lockstep):
+    """This node's GPU check and timed matmul: {"seconds", "device", ...}, or {"gpu_check": problems},
+    {"error": ...} (this node failed), {"waited": ...} (another did)."""
+    try:
         if args.gpus_per_node:
             gpu_check, _ = _imports()
             problems = gpu_check.check_node(args.gpus_per_node, args.cuda_home)
             if problems:
-                found["gpu_check"] = problems
                 lockstep.abort(node)
-        if "gpu_check" not in found:
-            device, backend = compute_device(args.gpus_per_node)
-            import torch
-            if device == "cpu":
-                # The task's CPUs, as the training's processes share them.
-                torch.set_num_threads(max(1, min(int(os.environ.get("SLURM_CPUS_PER_TASK") or 1),
-                                                 len(os.sched_getaffinity(0)))))
-            size = args.matmul_size or AUTO_SIZE[device]
-            times = matmul_seconds(device, size, lockstep)
-            found.update(seconds=round(max(times.values()), 4), device=device, size=size, backend=backend,
-                         devices={name: round(value, 4) for name, value in times.items()},
-                         threads=torch.get_num_threads() if device == "cpu" else None)
-            print(f"health-check {node}: matmul {found['seconds']:.3f} s ({device}, {size}x{size} float32, best of "
-                  f"{REPEATS}{', slowest of %d GPUs' % len(times) if device == 'cuda' else ''})", flush=True)
+                return {"gpu_check": problems}
+        device, backend = compute_device(args.gpus_per_node)
+        import torch
+        if device == "cpu":
+            # The task's CPUs, as the training's processes share them.
+            torch.set_num_threads(max(1, min(int(os.environ.get("SLURM_CPUS_PER_TASK") or 1),
+                                             len(os.sched_getaffinity(0)))))
+        size = args.matmul_size or AUTO_SIZE[device]
+        times = matmul_seconds(device, size, lockstep)
     except Waited as waited:
-        found["waited"] = str(waited)
+        return {"waited": str(waited)}
     except Exception as error:  # noqa: BLE001  (a node that cannot compute is a finding, reported)
-        found["error"] = f"{type(error).__name__}: {error}"[-300:]
-        if lockstep is not None:
-            lockstep.abort(node)
-    if store is not None:
-        found.update(allreduce=meet(store, found, rank, world, deadline))
-    _write(result_path(args.dir, args.tag, node), json.dumps(found) + "\n")
-    if store is not None:
-        store.set(f"done/{rank}", "1")
-        if rank == 0:  # the store lives in this process: it stays until every node is done with it
-            try:
-                store.wait([f"done/{other}" for other in range(world)])
-            except Exception:  # noqa: BLE001  (a node that died: the judge names it)
-                pass
-    return 0
+        lockstep.abort(node)
+        return {"error": f"{type(error).__name__}: {error}"[-300:]}
+    seconds = round(max(times.values()), 4)
+    print(f"health-check {node}: matmul {seconds:.3f} s ({device}, {size}x{size} float32, best of {REPEATS}"
+          f"{', slowest of %d GPUs' % len(times) if device == 'cuda' else ''})", flush=True)
+    return {"seconds": seconds, "device": device, "size": size, "backend": backend,
+            "devices": {name: round(value, 4) for name, value in times.items()},
+            "threads": torch.get_num_threads() if device == "cpu" else None}
 
 
 def meet(store, found, rank, world, deadline):
