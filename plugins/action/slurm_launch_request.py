@@ -24,10 +24,11 @@ description:
     nodes against the inventory (names, node group, counts, whether the request fits them).
   - With O(render), lists and hashes the code to stage (the script's directory, or C(code_dir)),
     puts the job together (the C(train_job) values) and renders its files: the job script from
-    C(train.sbatch.j2), the GPU check C(gpu_check.py), and a sweep's table. The job script names
-    its files from the run's directory, the job's working directory (C(sbatch --chdir), C($PWD)
-    in the job), the code by its hash from there, and leaves a partition not given to the
-    submission, which finds the one the nodes share in Slurm.
+    C(train.sbatch.j2), the GPU check C(gpu_check.py), the health gate's C(health_check.py) and
+    C(allreduce_check.py), and a sweep's table. The job script names its files from the run's
+    directory, the job's working directory (C(sbatch --chdir), C($PWD) in the job), the code by
+    its hash from there, and leaves a partition not given to the submission, which finds the one
+    the nodes share in Slurm.
   - Returns its findings, for the task to register (RV(job), RV(job_files), RV(node_plan), ...): not
     as facts, which a fact cache would keep and a set_fact of the same name would hide. Runs on the
     controller, changes nothing, and runs the same in check mode.
@@ -154,6 +155,8 @@ JOB_TEMPLATE = "train.sbatch.j2"
 GPU_CHECK = "gpu_check.py"
 # The hang watchdog's stack dumper and its suspect-node rule (files/hang_dump.py).
 HANG_DUMP = "hang_dump.py"
+# The health gate's program, and the all-reduce it imports, beside the GPU check (it imports that too).
+HEALTH_CHECK, ALLREDUCE_CHECK = "health_check.py", "allreduce_check.py"
 
 
 def _length(value):
@@ -392,6 +395,9 @@ def put_together(request, script_args, job_name, plan, code):
         "sweep_parallel": request["sweep_parallel"],
         # Written into the run's directory by the staging run.
         "gpu_check": GPU_CHECK,
+        "health_check": HEALTH_CHECK if boolean(request["health_gate"], strict=False) else "",
+        "health_slow_factor": request["health_slow_factor"],
+        "health_matmul_size": request["health_matmul_size"],
     })
 
 
@@ -463,8 +469,9 @@ class ActionModule(ActionBase):
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be
-        tokens), the GPU check, the hang watchdog's stack dumper, and a sweep's table (each array task
-        reads its arguments from the script; the table is for people and tools)."""
+        tokens), the GPU check, the hang watchdog's stack dumper, the health gate's programs, and a
+        sweep's table (each array task reads its arguments from the script; the table is for people
+        and tools)."""
         # Ansible's template lookup, as a task's lookup('template') renders (its ansible_managed,
         # trim_blocks), given only the search path: it copies every variable it is given.
         lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
@@ -476,6 +483,9 @@ class ActionModule(ActionBase):
                   "mode": "0644"},
                  {"name": HANG_DUMP, "content": Path(self._find_needle("files", HANG_DUMP)).read_text(encoding="utf-8"),
                   "mode": "0644"}]
+        if job["health_check"]:
+            files += [{"name": name, "content": Path(self._find_needle("files", name)).read_text(encoding="utf-8"),
+                       "mode": "0644"} for name in (HEALTH_CHECK, ALLREDUCE_CHECK)]
         if job["sweep"]:
             files.append({"name": _rules.TABLE_NAME, "content": _rules.sweep_table(job["sweep"]), "mode": "0644"})
         return files

@@ -201,6 +201,8 @@ INTEGERS = ("num_nodes", "gpus_per_node", "cpus_per_task", "nproc_per_node", "om
 OPTIONAL = {"sweep": [], "sweep_parallel": 0}
 # The hang watchdog (a launch's hang_minutes and the dumper it stages): off where not given.
 OPTIONAL.update(hang_minutes=0, hang_dump="")
+# The health gate (a launch's; the NAS job templates have none): its program's path, '' for none.
+OPTIONAL.update(health_check="", health_slow_factor=1.5, health_matmul_size=0)
 
 
 # The signals a training can take as "checkpoint and stop" without other meaning to Slurm or torchrun.
@@ -226,6 +228,18 @@ def hang_minutes(value):
     return int(minutes) if minutes.is_integer() else minutes
 
 
+def slow_factor(value):
+    """The health gate's factor: a number over 1 (1.5: a node 50% slower than the others' median)."""
+    try:
+        factor = float(value) if not isinstance(value, bool) else 0.0
+    except (TypeError, ValueError):
+        factor = 0.0
+    if not 1 < factor < float("inf"):
+        raise AnsibleFilterError(f"health_slow_factor={value!r} is not allowed: give a number over 1, e.g. 1.5 (a node "
+                                 "whose matmul takes over 1.5 times the median of the other nodes' is slow)")
+    return factor
+
+
 def whole_number(key, value):
     text = str(value).strip() if value not in (None, "") else "0"
     if not text.isdigit():  # "-1", "two", "1.5"
@@ -243,6 +257,8 @@ def train_job(request):
     if minutes is None:
         raise AnsibleFilterError(f"hang_minutes={job['hang_minutes']!r} is not allowed: {HANG_MINUTES_RULE}")
     job["hang_minutes"] = minutes
+    job["health_matmul_size"] = whole_number("health_matmul_size", job["health_matmul_size"])
+    job["health_slow_factor"] = slow_factor(job["health_slow_factor"])
     for key in INTEGERS:
         job[key] = whole_number(key, job[key])
     job["warning_signal"] = str(job["warning_signal"]).upper().removeprefix("SIG")
@@ -352,7 +368,7 @@ def value_problems(values):
     for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file"):
         if key in values and not _is_path(values[key]):
             refuse(key, values[key], PATH_RULE)
-    for key in ("gpu_check", "hang_dump"):
+    for key in ("gpu_check", "hang_dump", "health_check"):
         if key in values and not (_is_path(values[key]) or _is_run_file(values[key])):
             refuse(key, values[key], f"{PATH_RULE}, or {RUN_FILE_RULE}")
     # Empty: the partition the job's nodes share, which the submission finds in Slurm.

@@ -73,7 +73,7 @@ def test_the_listed_path_is_what_the_launch_imports_and_at_most_twelve_files():
 def test_the_listed_node_programs_are_what_the_launch_stages_beside_the_job_script(script):
     from test_slurm_launch_request_action import request, run
     staged = {one["name"] for one in run(request(script))["job_files"] if one["name"].endswith(".py")}
-    assert listed_node_programs() == [f"roles/slurm_launch/files/{name}" for name in sorted(staged)]
+    assert sorted(listed_node_programs()) == [f"roles/slurm_launch/files/{name}" for name in sorted(staged)]
 
 
 def test_both_import_forms_are_followed():
