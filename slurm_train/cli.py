@@ -24,7 +24,7 @@ from . import _rules, api
 from ._playbook import default_inventory
 
 # The -e names that are jobs.yml's verbs or given otherwise here, not launch options.
-_NOT_OPTIONS = {"script", "script_args", "all", "cancel", "logs", "preflight"}
+_NOT_OPTIONS = {"script", "script_args", "all", "cancel", "logs", "preflight", "forget_node"}
 # Where a job runs: preflight's options too.
 _WHERE = ("nodes", "group", "num_nodes", "partition")
 

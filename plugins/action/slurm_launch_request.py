@@ -126,6 +126,7 @@ from ansible.utils.vars import load_extra_vars
 from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as _extra_vars
 from ansible_collections.hpc.slurm_train.plugins.filter import node_health as _nodes
 from ansible_collections.hpc.slurm_train.plugins.filter import train_job as _train_job
+from ansible_collections.hpc.slurm_train.plugins.module_utils import bad_nodes as _bad_nodes
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params as _params
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import request_checks as _checks
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _sweep
@@ -156,6 +157,8 @@ SECRET_SOURCES = ("put it in a file only you can read (chmod 600 secrets.yml; -e
 JOB_TEMPLATE = "train.sbatch.j2"
 # Written into the run's directory; the job runs it on every node before a GPU job trains.
 GPU_CHECK = "gpu_check.py"
+# Written there too: the job's mark_bad_node runs it to record a node in the user's bad nodes.
+BAD_NODES = "bad_nodes.py"
 PLACEHOLDER_CHARS = string.ascii_lowercase + string.digits
 
 
@@ -399,6 +402,9 @@ def put_together(request, script_file, script_args, code_dir, job_name, plan, ma
         "sweep_parallel": request["sweep_parallel"],
         # GPU_CHECK, written into the run's directory by the staging run.
         "gpu_check": f"{marks['run_dir']}/{GPU_CHECK}",
+        "bad_nodes_script": f"{marks['run_dir']}/{BAD_NODES}",
+        "bad_nodes_root": request["jobs_dir"],
+        "bad_node_hours": request["bad_node_hours"],
     })
 
 
@@ -470,7 +476,7 @@ class ActionModule(ActionBase):
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be
-        tokens), the GPU check, and a sweep's table (each array task reads its arguments from the
+        tokens), the GPU check, the bad nodes' program, and a sweep's table (each array task reads its arguments from the
         script; the table is for people and tools)."""
         # Ansible's template lookup, as a task's lookup('template') renders (its ansible_managed,
         # trim_blocks), given only the search path: it copies every variable it is given.
@@ -480,7 +486,8 @@ class ActionModule(ActionBase):
                             template_vars={"job": job})[0]
         files = [{"name": f"{job['job_name']}.sbatch", "content": script, "mode": "0600" if job["env"] else "0644"},
                  {"name": GPU_CHECK, "content": Path(self._find_needle("files", GPU_CHECK)).read_text(encoding="utf-8"),
-                  "mode": "0644"}]
+                  "mode": "0644"},
+                 {"name": BAD_NODES, "content": Path(_bad_nodes.__file__).read_text(encoding="utf-8"), "mode": "0644"}]
         if job["sweep"]:
             files.append({"name": _sweep.TABLE_NAME, "content": _sweep.sweep_table(job["sweep"]), "mode": "0644"})
         return files

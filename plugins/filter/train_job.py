@@ -16,8 +16,10 @@ JOB_KEYS = (
 INTEGERS = ("num_nodes", "gpus_per_node", "cpus_per_task", "nproc_per_node", "omp_num_threads", "warning_seconds",
             "max_restarts", "master_port")
 # A launch's sweep (roles/slurm_launch's sweep_points): a job array, a task per point; the NAS job
-# templates have none.
-OPTIONAL = {"sweep": [], "sweep_parallel": 0}
+# templates have none. Nor have they a record of the user's bad nodes (module_utils/bad_nodes.py,
+# which the job's mark_bad_node runs from the run's directory, under the jobs root, for so many
+# hours): their jobs still keep a bad node out of their own requeue.
+OPTIONAL = {"sweep": [], "sweep_parallel": 0, "bad_nodes_script": "", "bad_nodes_root": "", "bad_node_hours": 0}
 
 
 # The signals a training can take as "checkpoint and stop" without other meaning to Slurm or torchrun.
@@ -31,6 +33,17 @@ def whole_number(key, value):
     if not text.isdigit():  # "-1", "two", "1.5"
         raise AnsibleFilterError(f"{key}={value!r} is not allowed: give a whole number, 0 or more")
     return int(text)
+
+
+def hours(key, value):
+    """A number of hours, 0 or more, as the job script writes it (no exponent)."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = -1.0
+    if isinstance(value, bool) or not 0 <= number < 1e6:
+        raise AnsibleFilterError(f"{key}={value!r} is not allowed: give hours, 0 or more (e.g. 24 or 0.5; 0 = not kept)")
+    return int(number) if number == int(number) else number
 
 
 def train_job(request):
@@ -51,6 +64,7 @@ def train_job(request):
     # One process per GPU unless asked otherwise (one on a CPU node), its CPUs shared out.
     job["nproc_per_node"] = job["nproc_per_node"] or max(job["gpus_per_node"], 1)
     job["omp_num_threads"] = job["omp_num_threads"] or max(job["cpus_per_task"] // job["nproc_per_node"], 1)
+    job["bad_node_hours"] = hours("bad_node_hours", job["bad_node_hours"])
     job["replace_ld_library_path"] = bool(job["replace_ld_library_path"])
     if job["venv"]:  # a virtualenv replaces the conda env
         job["conda_root"] = job["conda_env"] = ""
@@ -138,7 +152,8 @@ def value_problems(values):
                 refuse("end_marker", values["end_marker"], f"{PATH_RULE} ('%j' is the job id)")
     if "jobs_dir" in values and not (values["jobs_dir"] and _is_path(values["jobs_dir"])):
         refuse("slurm_launch_jobs_dir", values["jobs_dir"], PATH_RULE)
-    for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file", "gpu_check"):
+    for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file", "gpu_check", "bad_nodes_script",
+                "bad_nodes_root"):
         if key in values and not _is_path(values[key]):
             refuse(key, values[key], PATH_RULE)
     if "partition" in values and not _is_name(values["partition"], SLURM_NAME_RE, allow_empty=False):

@@ -44,7 +44,7 @@ def request(trainer, **given):
               "warning_signal": "USR1", "warning_seconds": 120, "max_restarts": 1, "extra_directives": [], "env": {},
               "cuda_home": "/nas/cuda-11.8", "replace_ld_library_path": False, "conda_root": "/nas/conda",
               "conda_env": "train", "venv": "", "nccl_env_dir": "/nas/nccl", "rendezvous": "static", "sweep": {},
-              "sweep_parallel": 0, "env_from": []}
+              "sweep_parallel": 0, "env_from": [], "bad_node_hours": 24}
     assert set(values) == set(keys), "the test's request has the role's keys"
     return {**values, **given}
 
@@ -82,7 +82,7 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
     assert (job["gpus_per_node"], job["cpus_per_task"], job["nproc_per_node"]) == (8, 16, 8)
     assert job["nccl_env_file"] == "/nas/nccl/nccl-gpu_A6000.sh"
     files = {one["name"]: one for one in result["job_files"]}
-    assert set(files) == {"train.sbatch", "gpu_check.py", "sweep.tsv"}
+    assert set(files) == {"train.sbatch", "gpu_check.py", "bad_nodes.py", "sweep.tsv"}
     # The job script as Ansible's template lookup renders it: only the user reads a script with env values.
     sbatch = files["train.sbatch"]
     assert sbatch["mode"] == "0600"
@@ -93,6 +93,10 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
     assert "{{" not in sbatch["content"]
     assert files["gpu_check.py"]["content"] == (ROLE / "files" / "gpu_check.py").read_text()
     assert files["sweep.tsv"]["content"].splitlines()[0].split("\t")[-1] == "lr"
+    # The job's mark_bad_node runs the record's own rules, with the launch's jobs root and hours.
+    assert files["bad_nodes.py"]["content"] == (PROJECT_ROOT / "plugins" / "module_utils" / "bad_nodes.py").read_text()
+    assert (f"python {marks['run_dir']}/bad_nodes.py mark /nas/jobs \"$node\" \"$reason\" 24 \"$SLURM_JOB_ID\""
+            in sbatch["content"])
 
 
 def test_each_launch_draws_its_own_placeholders(script):
