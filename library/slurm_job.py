@@ -154,8 +154,9 @@ options:
         CPUs and GPUs must be Slurm's; enough of them must be usable. A failed check fails
         the task with its message, and nothing is made or submitted.
       - The partition found stands for O(stage)'s C(partition) placeholder in the job's files.
-      - RV(nodes_checked) has the partition, the unusable nodes of a group's job, and notes on
-        usable nodes that may delay it (powered down, planned, reserved, ...).
+      - RV(nodes_checked) has the partition, the unusable nodes of a group's job, the user's bad nodes
+        among the job's, and notes on usable nodes that may delay it (powered down, planned, reserved,
+        ...) or that it leaves out.
     type: dict
     suboptions:
       names:
@@ -183,6 +184,19 @@ options:
         description: Each node's C(cluster_node_cpus) and C(cluster_node_gpus) in the inventory, compared with Slurm's.
         type: dict
         default: {}
+      bad_nodes_root:
+        description:
+          - The jobs directory whose C(<user>/nodes.json) keeps the module user's bad nodes (the
+            project's C(bad_nodes) module lists and forgets them); empty reads none.
+          - Of a node group's job (O(nodes.group)), the unexpired ones are left out (C(sbatch
+            --exclude)), and counted as unusable. A node list that holds one is refused, naming the
+            node, why and until when, unless O(nodes.force_bad_nodes).
+        type: path
+        default: ""
+      force_bad_nodes:
+        description: Submit to a node list that holds a bad node of the user, with a warning.
+        type: bool
+        default: false
   end_marker:
     description:
       - A file the job writes when its batch script ends (C(%j) stands for the job id), on a
@@ -369,10 +383,13 @@ RETURN = r"""
 nodes_checked:
   description:
     - With O(nodes), what the check of the nodes against Slurm found. C(partition); C(unusable),
-      each unusable node's state; C(notes), one line per usable node that may delay the job.
+      each unusable node's state; C(bad_nodes), the user's unexpired bad nodes among the job's
+      (C(node), C(reason), C(since), C(until), C(job_id), C(line)); C(excluded), those a node
+      group's job leaves out; C(notes), one line per usable node that may delay the job or is left out.
   returned: always (null without O(nodes))
   type: dict
-  sample: {"partition": "gpu_A6000", "unusable": {}, "notes": ["node111 (idle~) is powered down: it boots first"]}
+  sample: {"partition": "gpu_A6000", "unusable": {}, "bad_nodes": [], "excluded": [],
+           "notes": ["node111 (idle~) is powered down: it boots first"]}
 collected_files:
   description:
     - With O(collect_files), when the job is final, the job's files read on the host, as
@@ -700,6 +717,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.hpc.slurm_train.plugins.module_utils import bad_nodes
 from ansible_collections.hpc.slurm_train.plugins.module_utils.cluster_rules import (
     collected_paths, job_script_name, run_of_path, visible,
 )
@@ -778,6 +796,8 @@ ARGUMENT_SPEC = {
         "group": {"type": "str", "default": ""},
         "node_group": {"type": "str", "default": ""},
         "inventory": {"type": "dict", "default": {}},
+        "bad_nodes_root": {"type": "path", "default": ""},
+        "force_bad_nodes": {"type": "bool", "default": False},
     }},
 }
 
@@ -1682,7 +1702,44 @@ class SlurmJobRunner:
         if checked["problem"]:
             self.finish(checked["problem"])
         self.result["nodes_checked"] = {key: checked[key] for key in ("partition", "unusable", "notes")}
+        self.result["nodes_checked"].update(self.check_bad_nodes(request, checked["unusable"]))
         return {"partition": checked["partition"]}
+
+    def check_bad_nodes(self, request, unusable):
+        """The user's unexpired bad nodes among the job's: a node group's job leaves them out
+        (sbatch --exclude, when enough usable nodes remain); a node list holding one is refused,
+        or with force_bad_nodes warned about."""
+        found = {"bad_nodes": [], "excluded": []}
+        if not request["bad_nodes_root"]:
+            return found
+        try:
+            records = bad_nodes.unexpired(bad_nodes.read(request["bad_nodes_root"]))
+        except (bad_nodes.Refused, OSError) as error:
+            self.finish(f"your bad nodes: {error}")
+        kept = bad_nodes.listed({node: record for node, record in records.items() if node in request["names"]})
+        found["bad_nodes"] = kept
+        if not kept:
+            return found
+        lines = "; ".join(entry["line"] for entry in kept)
+        forget = f"ansible-playbook jobs.yml -e forget_node={kept[0]['node']} clears one"
+        if not request["group"]:
+            if not request["force_bad_nodes"]:
+                self.finish(f"The node list holds a bad node of yours: {lines}. Pick other nodes, or launch by node "
+                            "group (-e group=<group> -e num_nodes=N), which leaves bad nodes out; "
+                            f"{forget}, or -e force=true submits to it anyway.")
+            self.module.warn(f"submitting to a bad node of yours, as force=true asks: {lines}")
+            return found
+        usable = [name for name in request["names"] if name not in unusable and name not in records]
+        num_nodes = int(request["num_nodes"])
+        if len(usable) < num_nodes:
+            self.finish(f"{num_nodes} nodes of group {request['group']} are needed and {len(usable)} are usable: "
+                        f"{len(unusable)} unusable in Slurm, and bad nodes of yours left out: {lines}. "
+                        f"Ask for fewer nodes, or wait until one expires; {forget}.")
+        found["excluded"] = [entry["node"] for entry in kept]
+        self.params["sbatch_args"] = [*self.params["sbatch_args"], "--exclude=" + ",".join(found["excluded"])]
+        self.result["nodes_checked"]["notes"] = [
+            *self.result["nodes_checked"]["notes"], *(f"left out, a bad node of yours: {entry['line']}" for entry in kept)]
+        return found
 
     def stage(self, scratch, known):
         """Stage the job (the job_dir module's rules) and fill the placeholders of O(script), O(chdir)

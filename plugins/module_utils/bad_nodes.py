@@ -45,7 +45,7 @@ class Refused(Exception):
     """A record this file will not read or write, said plainly."""
 
 
-def _owner_name(uid):
+def owner_name(uid):
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -98,7 +98,8 @@ def add(records, node, reason, job_id, hours, now):
     return {**records, node: {"reason": reason, "since": int(now), "until": until, "job_id": job_id}}
 
 
-def unexpired(records, now):
+def unexpired(records, now=None):
+    now = time.time() if now is None else now
     return {node: record for node, record in records.items() if record["until"] > now}
 
 
@@ -128,7 +129,7 @@ def listed(records):
 
 def _user_dir(jobs_root, uid):
     """A descriptor of ``<jobs_root>/<user>/``, opened without following a link; it must be uid's."""
-    user = _owner_name(uid)
+    user = owner_name(uid)
     if not USER_RE.match(user):
         raise Refused(f"user name {user!r} cannot be a path component")
     path = os.path.join(jobs_root, user)
@@ -136,6 +137,8 @@ def _user_dir(jobs_root, uid):
         # O_PATH: the jobs root is 0711 (searched, not read) for users.
         root_fd = os.open(jobs_root, os.O_PATH | os.O_DIRECTORY)
     except OSError as error:
+        if error.errno == errno.ENOENT:
+            return None, path  # nothing recorded where nothing was made
         raise Refused(f"jobs directory {jobs_root}: {error.strerror}") from None
     try:
         try:
@@ -153,7 +156,7 @@ def _user_dir(jobs_root, uid):
     owner = os.fstat(fd).st_uid
     if owner != uid:
         os.close(fd)
-        raise Refused(f"{path} belongs to {_owner_name(owner)}, not to {user}: refusing to keep your bad nodes in a "
+        raise Refused(f"{path} belongs to {owner_name(owner)}, not to {user}: refusing to keep your bad nodes in a "
                       "directory another user controls")
     return fd, path
 
@@ -173,7 +176,7 @@ def _read_at(dir_fd, path, uid):
         if not stat.S_ISREG(info.st_mode):
             raise Refused(f"{path} is not a regular file: remove it")
         if info.st_uid != uid:
-            raise Refused(f"{path} belongs to {_owner_name(info.st_uid)}, not to {_owner_name(uid)}: refusing to "
+            raise Refused(f"{path} belongs to {owner_name(info.st_uid)}, not to {owner_name(uid)}: refusing to "
                           f"take another user's file for your bad nodes; remove it (rm {path})")
         try:
             data = json.loads(handle.read(MAX_RECORD_BYTES).decode("utf-8"))
@@ -254,7 +257,7 @@ def main(argv):
     except (ValueError, Refused, OSError) as error:
         print(f"bad node {node} not recorded: {error}", file=sys.stderr)
         return 1
-    print(f"bad node {describe(node, after[node])} ({record_path(jobs_root, _owner_name(os.geteuid()))})")
+    print(f"bad node {describe(node, after[node])} ({record_path(jobs_root, owner_name(os.geteuid()))})")
     return 0
 
 

@@ -1,5 +1,5 @@
 """A user's bad nodes (plugins/module_utils/bad_nodes.py): the rules, the record on the NAS as
-job_dirs.py keeps files there, and the program the job script runs."""
+job_dirs.py keeps files there, the program the job script runs, and the bad_nodes module."""
 
 import json
 import os
@@ -7,9 +7,13 @@ import stat
 import subprocess
 import sys
 
+import ansible.module_utils._internal
 import pytest
+import yaml
+from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.hpc.slurm_train.plugins.module_utils import bad_nodes
+from ansible_collections.hpc.slurm_train.plugins.modules import bad_nodes as module
 
 OTHER_UID = 4242  # a user who is not the one running the tests
 NOW = 1_800_000_000
@@ -24,7 +28,7 @@ def jobs(tmp_path):
 
 
 def user():
-    return bad_nodes._owner_name(os.geteuid())
+    return bad_nodes.owner_name(os.geteuid())
 
 
 def mark(records, node="node111", reason="NODE_FAIL", job_id=12, hours=24, now=NOW):
@@ -166,3 +170,52 @@ def test_the_program_refuses_bad_arguments_and_writes_nothing(jobs, args, messag
     proc = run_program("mark", jobs, *args)
     assert proc.returncode != 0 and message in proc.stderr
     assert not (jobs / user() / "nodes.json").exists()
+
+
+# The bad_nodes module (library/bad_nodes.py), run in-process as a task runs it.
+
+
+def run_module(capsys, monkeypatch, check_mode=False, **args):
+    monkeypatch.setattr(ansible.module_utils._internal, "is_controller", False)
+    if check_mode:
+        args["_ansible_check_mode"] = True
+    with patch_module_args(args), pytest.raises(SystemExit):
+        module.main()
+    return json.loads(capsys.readouterr().out)
+
+
+
+def test_the_module_lists_the_users_unexpired_bad_nodes_oldest_first(capsys, monkeypatch, jobs):
+    bad_nodes.update(str(jobs), lambda records: mark(mark(records, node="node110", now=bad_nodes.time.time() - 60),
+                                                     node="node111", now=bad_nodes.time.time()))
+    result = run_module(capsys, monkeypatch, jobs_root=str(jobs))
+    assert result["changed"] is False and [entry["node"] for entry in result["bad_nodes"]] == ["node110", "node111"]
+    assert result["bad_nodes"][0]["line"].startswith("node110: NODE_FAIL in job 12 at ")
+    assert result["record"] == f"{jobs}/{user()}/nodes.json"
+
+
+def test_the_module_forgets_a_node_and_says_so_only_when_it_was_there(capsys, monkeypatch, jobs):
+    now = bad_nodes.time.time()
+    bad_nodes.update(str(jobs), lambda records: mark(mark(records, node="node110", now=now), node="node111", now=now))
+    predicted = run_module(capsys, monkeypatch, check_mode=True, jobs_root=str(jobs), forget="node110")
+    assert predicted["changed"] is True and set(bad_nodes.read(str(jobs))) == {"node110", "node111"}, "check mode"
+    forgot = run_module(capsys, monkeypatch, jobs_root=str(jobs), forget="node110")
+    assert forgot["changed"] is True and forgot["forgotten"].startswith("node110: NODE_FAIL in job 12")
+    assert [entry["node"] for entry in forgot["bad_nodes"]] == ["node111"]
+    assert set(bad_nodes.read(str(jobs))) == {"node111"}
+    again = run_module(capsys, monkeypatch, jobs_root=str(jobs), forget="node110")
+    assert again["changed"] is False and again["forgotten"] is None
+
+
+def test_the_module_refuses_what_is_no_node_name_and_a_planted_record(capsys, monkeypatch, jobs, tmp_path):
+    result = run_module(capsys, monkeypatch, jobs_root=str(jobs), forget="node1;reboot")
+    assert result["failed"] is True and result["msg"].startswith("forget='node1;reboot': node 'node1;reboot' is no node")
+    (jobs / user() / "nodes.json").symlink_to(tmp_path / "elsewhere.json")
+    result = run_module(capsys, monkeypatch, jobs_root=str(jobs))
+    assert result["failed"] is True and "nodes.json is a symbolic link: refusing to read it" in result["msg"]
+
+
+def test_the_modules_documented_options_are_its_argument_spec():
+    documented = yaml.safe_load(module.DOCUMENTATION)["options"]
+    assert {name: (spec["type"], spec.get("required", False)) for name, spec in documented.items()} == {
+        name: (spec["type"], spec.get("required", False)) for name, spec in module.ARGUMENT_SPEC.items()}
