@@ -586,13 +586,19 @@ def test_mark_bad_node_refuses_what_is_no_node_or_reason_and_keeps_anothers_exit
     (bin_dir / "scontrol").chmod(stat.S_IRWXU)
     test = (functions + "trap 'echo their exit trap ran' EXIT\n"
             "mark_bad_node 'node9;reboot' HUNG || echo refused 1\nmark_bad_node node9 TIRED || echo refused 2\n"
-            "mark_bad_node node9 HUNG\nmark_bad_node node9 HEALTH\nmark_bad_node node10 HEALTH\n")
+            "mark_bad_node node9 HUNG\nmark_bad_node node9 HEALTH\nmark_bad_node node10 HEALTH\nend_mark=$END_MARK\n")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "5", "RECORD": str(tmp_path / "rec")}
     proc = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=10,
-                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "5", "RECORD": str(tmp_path / "rec")})
+                          env={**env, "END_MARK": "requeued"})
     assert "refused 1\n" in proc.stdout and "refused 2\n" in proc.stdout
     assert "mark_bad_node 'node9;reboot' 'HUNG': give a node name and NODE_FAIL, GPU_CHECK, HUNG or HEALTH" in proc.stderr
     assert proc.stdout.endswith("the job's next attempt leaves out node[1-2],node9,node10\ntheir exit trap ran\n")
     assert (tmp_path / "rec").read_text() == "scontrol update JobId=5 ExcNodeList=node[1-2],node9,node10\n"
+    # Not requeued: nothing asked of Slurm after the end marker (a launch waits on Slurm's final word).
+    (tmp_path / "rec").unlink()
+    proc = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=10, env={**env, "END_MARK": "0"})
+    assert proc.stdout.endswith("left out of this job's next attempt\ntheir exit trap ran\n")
+    assert not (tmp_path / "rec").exists()
 
 
 def test_a_node_that_fails_the_gpu_check_is_marked(tmp_path):
