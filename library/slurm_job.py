@@ -585,7 +585,9 @@ cost:
       elapsed time; CPU-hours when the job had no GPU, C(unit) says which); C(lost_hours) (what
       failed attempts and attempts cut by a node failure did after their last checkpoint),
       C(steps_redone) (steps trained again after each resume), C(queue_seconds) (time waiting
-      in the queue, null without accounting) and C(attempts), one line each. C(source) says
+      in the queue, null without accounting) and C(attempts), one line each (with C(hang), its
+      C(suspect_nodes), C(step) and C(stack_dumps), where the job script's hang watchdog stopped
+      it, see C(templates/train.sbatch.j2)). C(source) says
       where the figures come from, C(sacct) or the job script's own record when accounting does
       not answer. Null before the job is final, or when neither tells.
   returned: always

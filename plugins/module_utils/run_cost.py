@@ -20,6 +20,9 @@ import datetime
 COST_FIELDS = ("JobIDRaw", "JobID", "State", "ElapsedRaw", "AllocTRES", "Eligible", "Start")
 # An attempt that ended in these sacct states lost what it did after its last checkpoint.
 LOST_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
+# The job script's own word for such an attempt (sacct says REQUEUED of one it requeued): a rank
+# failed, or the hang watchdog stopped it.
+LOST_OUTCOMES = ("failed", "hung")
 ATTEMPTS_FILE = "attempts-{job_id}.tsv"
 SOURCE_SACCT = "sacct"
 SOURCE_SCRIPT = "the job script's own record (no accounting: sacct did not answer)"
@@ -70,6 +73,10 @@ def parse_cost_sacct(stdout):
     return attempts
 
 
+def _names(field):
+    return [] if field in ("", "-") else field.split(",")
+
+
 def parse_attempts(text):
     """The job script's record (ATTEMPTS_FILE) as {restart: {"start": {...}, "end": {...} or None}}."""
     attempts = {}
@@ -84,6 +91,10 @@ def parse_attempts(text):
         elif kind == "end" and len(fields) == 7 and restart in attempts:
             attempts[restart]["end"] = {"time": _int(fields[2]), "outcome": fields[3], "step": _int(fields[4]),
                                         "checkpoint_time": _int(fields[5]), "reached": _int(fields[6])}
+        elif kind == "hang" and len(fields) == 6 and restart in attempts:
+            # The hang watchdog's record: suspect nodes and stack dumps, comma-separated ('-': none).
+            attempts[restart]["hang"] = {"time": _int(fields[2]), "suspect_nodes": _names(fields[3]),
+                                         "step": _int(fields[4]), "stack_dumps": _names(fields[5])}
     return attempts
 
 
@@ -101,7 +112,7 @@ def _attempt(index, record, following, accounted):
     # Cut (no end of its own: a node failure killed the script), the checkpoint it left is the one
     # the next attempt started from.
     checkpoint_time = (end or {}).get("checkpoint_time") if end else ((following or {}).get("start") or {}).get("checkpoint_time")
-    failed = (state in LOST_STATES) or (end or {}).get("outcome") == "failed" or (record is not None and end is None
+    failed = (state in LOST_STATES) or (end or {}).get("outcome") in LOST_OUTCOMES or (record is not None and end is None
                                                                                  and following is not None)
     lost = 0
     if failed and elapsed is not None:
@@ -109,8 +120,10 @@ def _attempt(index, record, following, accounted):
         if checkpoint_time and start.get("time") and checkpoint_time > start["time"]:
             saved = min(elapsed, checkpoint_time - start["time"])
         lost = elapsed - saved
+    hang = (record or {}).get("hang")
     return {"restart": index, "state": state or (end or {}).get("outcome") or "cut", "elapsed_seconds": elapsed,
-            "gpus": gpus, "cpus": cpus, "queue_seconds": queue, "lost_seconds": lost if elapsed is not None else None}
+            "gpus": gpus, "cpus": cpus, "queue_seconds": queue, "lost_seconds": lost if elapsed is not None else None,
+            **({"hang": hang} if hang else {})}
 
 
 def ledger(records, accounted=None):

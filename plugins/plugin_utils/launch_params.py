@@ -100,7 +100,10 @@ TABLE = (
           "0 = --no-requeue", alias="max_restarts", from_var="cluster_job_max_restarts", request=True),
     Param("bad_node_hours", "float", 24, "hours a node that failed a job of yours (node failure, GPU check, hang, "
           "health gate) is kept out of your next jobs (<jobs>/<you>/nodes.json); 0 = not kept",
-          alias="bad_node_hours", request=True),
+          alias="bad_node_hours", request=True, given=True),
+    Param("hang_minutes", "float", 30, "minutes without a new log line or a touch of $TRAINING_HEARTBEAT after "
+          "which the training counts as hung: every rank's stacks dumped, the attempt failed as HUNG and requeued "
+          "from its checkpoint; 0 = no hang watchdog", alias="hang_minutes", request=True, given=True),
     Section("Environment of the training."),
     Param("cuda_home", "str", None, "'' = no CUDA (CPU jobs)", from_var="cluster_cuda_home", request=True, given=True),
     Param("replace_ld_library_path", "bool", False, "true: LD_LIBRARY_PATH is CUDA's lib64 only", request=True),

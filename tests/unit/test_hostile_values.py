@@ -6,15 +6,14 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as extra_vars
-from ansible_collections.hpc.slurm_train.plugins.filter import train_job
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils.script_path import script_path
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.launch_request import script_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def problems(**values):
-    return train_job.value_problems(values)
+    return launch_request.value_problems(values)
 
 
 @pytest.mark.parametrize("limit", ["0", "90", 90, "90:30", "2:00:00", "1-12", "1-12:30", "1-12:30:15", "14-00:00:00",
@@ -144,9 +143,9 @@ def test_a_script_path_that_is_no_path_is_refused(given):
 
 
 def test_an_unknown_key_gets_the_closest_known_one_and_the_known_keys():
-    message = extra_vars.unknown_keys_message(["nods", "zzz"], ["nodes", "wait"], {"slurm_launch_wait"},
+    message = launch_request.unknown_keys_message(["nods", "zzz"], ["nodes", "wait"], {"slurm_launch_wait"},
                                               ("cluster_", "ansible_"), ["cluster_nas_root"])
     assert message == ("Unknown -e keys: -e nods (did you mean 'nodes'?); -e zzz. A launch reads: nodes, wait; "
                        "the role's options slurm_launch_wait; and any variable starting with cluster_, ansible_.")
-    assert "did you mean 'cluster_nas_root'?" in extra_vars.unknown_keys_message(
+    assert "did you mean 'cluster_nas_root'?" in launch_request.unknown_keys_message(
         ["clustr_nas_root"], [], set(), ("cluster_",), ["cluster_nas_root"])

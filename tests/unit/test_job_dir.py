@@ -15,7 +15,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.hpc.slurm_train.plugins.modules import job_dir
 from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs
 
-from ansible_collections.hpc.slurm_train.plugins.action import job_dir as action
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_job as staging
 
 OTHER_UID = 4242  # a user who is not the one running the tests
 
@@ -114,9 +114,9 @@ def test_the_archive_is_extracted_into_place_with_the_directorys_permissions(tmp
     (source / "run.sh").write_text("#!/bin/sh\n")
     (source / "run.sh").chmod(0o755)
     (source / "pkg" / "util.py").write_text("X = 1\n")
-    files, _, _ = action.list_code(str(source))
+    files, _, _ = staging.list_code(str(source))
     archive = tmp_path / "code.tar.gz"
-    action.pack(files, lambda name: str(source / name), str(archive))
+    staging.pack(files, lambda name: str(source / name), str(archive))
     result = run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode="0750")
     code = Path(result["code_dir"])
     assert result["code_copied"] and (code / "pkg" / "util.py").read_text() == "X = 1\n"
@@ -157,7 +157,7 @@ def test_in_a_git_work_tree_tracked_and_untracked_files_are_staged_but_not_ignor
     git(tree, "commit", "-q", "-m", "one")
     (tree / "code" / "new.py").write_text("untracked\n")
     (tree / "code" / "link.py").symlink_to("/etc/passwd")
-    files, skipped, facts = action.list_code(str(tree / "code"))
+    files, skipped, facts = staging.list_code(str(tree / "code"))
     assert [name for name, _ in files] == ["new.py", "train.py"]
     assert skipped == ["link.py"], "a link may point outside the code: not followed"
     assert facts["source"] == "git" and len(facts["git_commit"]) == 40 and facts["git_dirty"] is True
@@ -169,8 +169,8 @@ def test_the_hash_follows_content_names_and_the_execute_bit_only(tmp_path):
     (code / "a.py").write_text("x\n")
 
     def digest():
-        files, _, _ = action.list_code(str(code))
-        return action.content_hash(files, lambda name: str(code / name))
+        files, _, _ = staging.list_code(str(code))
+        return staging.content_hash(files, lambda name: str(code / name))
     first = digest()
     os.utime(code / "a.py", (1, 1))
     assert digest() == first, "a touched file is the same code"
@@ -284,9 +284,9 @@ def pack_tree(tmp_path, files, executable=()):
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(text)
         (source / name).chmod(0o755 if name in executable else 0o644)
-    listed, _, _ = action.list_code(str(source))
+    listed, _, _ = staging.list_code(str(source))
     archive = tmp_path / "code.tar.gz"
-    action.pack(listed, lambda name: str(source / name), str(archive))
+    staging.pack(listed, lambda name: str(source / name), str(archive))
     return archive
 
 

@@ -581,13 +581,15 @@ def test_mark_bad_node_refuses_what_is_no_node_or_reason_and_keeps_anothers_exit
     functions = script[script.index("bad_nodes=()"):script.index("# Slurm requeues a job on node failure")]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text('#!/bin/sh\n[ "$1" = show ] && echo "   ReqNodeList=(null) '
-                                      'ExcNodeList=node[1-2] Features=(null)" || echo "scontrol $*" >> "$RECORD"\n')
+    (bin_dir / "scontrol").write_text('#!/bin/sh\ncase "$1 $2" in\n'
+                                      '  "show job") echo "   ReqNodeList=$REQUESTED ExcNodeList=node[1-2] Features=(null)" ;;\n'
+                                      '  "show hostnames") printf "node9\\nnode11\\n" ;;\n'
+                                      '  *) echo "scontrol $*" >> "$RECORD" ;;\nesac\n')
     (bin_dir / "scontrol").chmod(stat.S_IRWXU)
     test = (functions + "trap 'echo their exit trap ran' EXIT\n"
             "mark_bad_node 'node9;reboot' HUNG || echo refused 1\nmark_bad_node node9 TIRED || echo refused 2\n"
             "mark_bad_node node9 HUNG\nmark_bad_node node9 HEALTH\nmark_bad_node node10 HEALTH\nend_mark=$END_MARK\n")
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "5", "RECORD": str(tmp_path / "rec")}
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "5", "RECORD": str(tmp_path / "rec"), "REQUESTED": "(null)"}
     proc = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=10,
                           env={**env, "END_MARK": "requeued"})
     assert "refused 1\n" in proc.stdout and "refused 2\n" in proc.stdout
@@ -599,6 +601,11 @@ def test_mark_bad_node_refuses_what_is_no_node_or_reason_and_keeps_anothers_exit
     proc = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=10, env={**env, "END_MARK": "0"})
     assert proc.stdout.endswith("left out of this job's next attempt\ntheir exit trap ran\n")
     assert not (tmp_path / "rec").exists()
+    # A job given its nodes by name keeps them: excluded, it could never start again.
+    proc = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=10,
+                          env={**env, "END_MARK": "requeued", "REQUESTED": "node[9,11]"})
+    assert "node9 is in the job's own node list: its next attempt runs there again" in proc.stderr
+    assert (tmp_path / "rec").read_text() == "scontrol update JobId=5 ExcNodeList=node[1-2],node10\n"
 
 
 def test_a_node_that_fails_the_gpu_check_is_marked(tmp_path):

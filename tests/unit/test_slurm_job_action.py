@@ -292,7 +292,7 @@ def test_code_the_staging_run_finds_missing_is_sent_and_the_module_run_again_wit
     and submits nothing; the archive goes as a file and the second run stages and submits."""
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text("print('hi')\n")
-    monkeypatch.setattr(action._job_dir_action, "INLINE_MAX_BYTES", 0)
+    monkeypatch.setattr(action, "INLINE_MAX_BYTES", 0)
     stage = {"jobs_root": "/nas/jobs", "job_name": "train", "code_dir": str(tmp_path / "code"),
              "script": str(tmp_path / "code" / "train.py"), "max_mb": 1}
     missing = {"made": ["/nas/jobs/alice/train"], "code_present": False, "code_copied": False, "missing_files": [],

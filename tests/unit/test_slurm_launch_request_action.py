@@ -41,7 +41,7 @@ def request(trainer, **given):
               "job_name": "", "code_dir": "", "partition": "", "account": "", "num_nodes": 0, "gpus_per_node": 0,
               "cpus_per_task": 0, "nproc_per_node": 0, "omp_num_threads": 0, "master_port": 0, "job_id": 0,
               "follow_timeout": 0, "log_tail_lines": 40, "jobs_dir": "/nas/jobs", "time_limit": "1-00:00:00",
-              "warning_signal": "USR1", "warning_seconds": 120, "max_restarts": 1, "extra_directives": [], "env": {},
+              "warning_signal": "USR1", "warning_seconds": 120, "max_restarts": 1, "hang_minutes": 30, "extra_directives": [], "env": {},
               "cuda_home": "/nas/cuda-11.8", "replace_ld_library_path": False, "conda_root": "/nas/conda",
               "conda_env": "train", "venv": "", "nccl_env_dir": "/nas/nccl", "rendezvous": "static", "sweep": {},
               "sweep_parallel": 0, "env_from": [], "bad_node_hours": 24}
@@ -82,7 +82,7 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
     assert (job["gpus_per_node"], job["cpus_per_task"], job["nproc_per_node"]) == (8, 16, 8)
     assert job["nccl_env_file"] == "/nas/nccl/nccl-gpu_A6000.sh"
     files = {one["name"]: one for one in result["job_files"]}
-    assert set(files) == {"train.sbatch", "gpu_check.py", "bad_nodes.py", "sweep.tsv"}
+    assert set(files) == {"train.sbatch", "gpu_check.py", "hang_dump.py", "bad_nodes.py", "sweep.tsv"}
     # The job script as Ansible's template lookup renders it: only the user reads a script with env values.
     sbatch = files["train.sbatch"]
     assert sbatch["mode"] == "0600"
@@ -92,6 +92,10 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
         assert line in sbatch["content"].splitlines(), line
     assert "{{" not in sbatch["content"]
     assert files["gpu_check.py"]["content"] == (ROLE / "files" / "gpu_check.py").read_text()
+    assert files["hang_dump.py"]["content"] == (ROLE / "files" / "hang_dump.py").read_text()
+    # The hang watchdog is on by default (hang_minutes=30), with the dumper staged beside the script.
+    assert (job["hang_minutes"], job["hang_dump"]) == (30, f"{marks['run_dir']}/hang_dump.py")
+    assert "HANG_SECONDS=1800" in sbatch["content"].splitlines()
     assert files["sweep.tsv"]["content"].splitlines()[0].split("\t")[-1] == "lr"
     # The job's mark_bad_node runs the record's own rules, with the launch's jobs root and hours.
     assert files["bad_nodes.py"]["content"] == (PROJECT_ROOT / "plugins" / "module_utils" / "bad_nodes.py").read_text()

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.slurm_train.plugins.filter import train_job as module
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request as module
 
 
 def request(**overrides):
