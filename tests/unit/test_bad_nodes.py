@@ -14,6 +14,7 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.hpc.slurm_train.plugins.module_utils import bad_nodes
 from ansible_collections.hpc.slurm_train.plugins.modules import bad_nodes as module
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request
 
 OTHER_UID = 4242  # a user who is not the one running the tests
 NOW = 1_800_000_000
@@ -219,3 +220,10 @@ def test_the_modules_documented_options_are_its_argument_spec():
     documented = yaml.safe_load(module.DOCUMENTATION)["options"]
     assert {name: (spec["type"], spec.get("required", False)) for name, spec in documented.items()} == {
         name: (spec["type"], spec.get("required", False)) for name, spec in module.ARGUMENT_SPEC.items()}
+
+
+def test_bad_node_hours_is_checked_with_the_values_given():
+    assert [launch_request.bad_node_hours(value) for value in (24, "0.5", 0, "")] == [24, 0.5, 0, 0]
+    for bad in ("-1", "a day", True, "nan", str(launch_request.MAX_BAD_NODE_HOURS + 1)):
+        assert launch_request.value_problems({"bad_node_hours": bad}) == [
+            f"bad_node_hours={bad!r} is not allowed: {launch_request.BAD_NODE_HOURS_RULE}"]
