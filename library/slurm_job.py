@@ -1729,7 +1729,7 @@ class SlurmJobRunner:
                 self.finish(f"The node list holds a bad node of yours: {lines}. Pick other nodes, or launch by node "
                             "group (-e group=<group> -e num_nodes=N), which leaves bad nodes out; "
                             f"{forget}, or -e force=true submits to it anyway.")
-            self.module.warn(f"submitting to a bad node of yours, as force=true asks: {lines}")
+            self.module.warn(f"submitting to a bad node of yours, as asked (force): {lines}")
             return found
         usable = [name for name in request["names"] if name not in unusable and name not in records]
         num_nodes = int(request["num_nodes"])

@@ -169,7 +169,7 @@ def test_a_node_killed_mid_training_is_left_out_of_the_requeue_and_of_later_laun
     forced = launch(tmp_path, f"nodes={killed_node},{other}", f"script={TRAINER}", "nproc_per_node=1", "force=true",
                     f"job_name={forced_name}", json.dumps({"script_args": "--steps 2"}), inventory=cluster.inventory)
     assert forced.returncode == 0, forced.stdout[-3000:]
-    assert "submitting to a bad node of yours, as force=true asks: " in forced.stdout + forced.stderr
+    assert "submitting to a bad node of yours, as asked (force): " in forced.stdout + forced.stderr
     assert killed_node in outputs_of(tmp_path, forced_name)[1]["nodes"]
 
     # jobs.yml lists it; forget_node clears it, and a pinned launch runs there again.

@@ -1498,7 +1498,7 @@ def test_force_submits_to_a_bad_node_with_a_warning(slurm_cli, clock, tmp_path, 
     slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
     outcome = run_module(nodes_request(tmp_path, bad_nodes_root=str(tmp_path / "jobs"), force_bad_nodes=True))
     assert outcome.failed is False and outcome.result["submitted"] is True, outcome.result.get("msg")
-    assert "submitting to a bad node of yours, as force=true asks: rec2: NODE_FAIL in job 12" in capsys.readouterr().err
+    assert "submitting to a bad node of yours, as asked (force): rec2: NODE_FAIL in job 12" in capsys.readouterr().err
     assert not any(arg.startswith("--exclude") for argv in slurm_cli.argvs for arg in argv)
 
 
