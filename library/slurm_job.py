@@ -595,6 +595,26 @@ cost:
   sample: {source: sacct, unit: GPU, hours: 0.0133, lost_hours: 0.0067, steps_redone: 1, queue_seconds: 3,
            attempts: [{job_id: 41, restart: 0, state: REQUEUED, elapsed_seconds: 12, gpus: 2, cpus: 4,
                        queue_seconds: 0, lost_seconds: 2}]}
+health:
+  description:
+    - The health gate's record of each attempt of the final job, as the job script wrote it beside
+      the log (C(health-<job id>.jsonl)). Each has C(restart); C(seconds), what the gate cost;
+      C(nodes), each node's matmul C(seconds) and C(device), or its C(error) or C(gpu_check)
+      problems; C(allreduce) (C(backend), C(bytes), C(time_us) of the slowest node); C(named), the
+      nodes named, each with C(node), C(reason) (C(HEALTH) or C(GPU_CHECK)), C(why), and for a slow
+      one its C(seconds) against C(median_seconds), the median of the other nodes'; C(action)
+      (C(pass), C(requeue) or C(fail)), C(message), and C(summary), the gate's line of it as the
+      log and C(summary.txt) say it.
+    - Null for a job without the gate, or a job array.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{restart: 0, seconds: 9.1, slow_factor: 1.5, action: fail,
+            message: "not training on node111, the node list was given",
+            nodes: {node110: {seconds: 0.25, device: cpu}, node111: {seconds: 2.61, device: cpu}},
+            allreduce: {backend: gloo, bytes: 1048576, time_us: 3650.2, wrong: 0},
+            named: [{node: node111, reason: HEALTH, seconds: 2.61, median_seconds: 0.25, ratio: 10.44,
+                     why: "slow, matmul 2.610 s against 0.250 s, the median of the other nodes (10.44x, over 1.5x)"}]}]
 no_progress:
   description:
     - When the job script stopped the job because a failed attempt did not advance its checkpoint
@@ -727,7 +747,7 @@ from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import (
     STAGE_SPEC, Refused, check_placeholders, fill_placeholders, open_owned_file, owner_name, release_runs_lock, stage,
 )
 from ansible_collections.hpc.slurm_train.plugins.module_utils.run_cost import (
-    ATTEMPTS_FILE, COST_FIELDS, ledger, parse_attempts, parse_cost_sacct,
+    ATTEMPTS_FILE, COST_FIELDS, HEALTH_FILE, ledger, parse_attempts, parse_cost_sacct, parse_health,
 )
 from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     INVALID_JOB_ID,
@@ -1320,7 +1340,7 @@ class SlurmJobRunner:
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
             nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
-            no_progress=None, cost=None,
+            no_progress=None, cost=None, health=None,
             staged=None, end_marker=self.params["end_marker"], collected_files=None, collected_truncated=None,
             collected_skipped=None, node_states=None, nodes_checked=None,
         )
@@ -1338,6 +1358,7 @@ class SlurmJobRunner:
             self.collect()
             self.result["no_progress"] = self.script_stopped()
             self.result["cost"] = self.cost()
+            self.result["health"] = self.health()
         self.result["queries"] = self.slurm.queries
         record_error = self.record_run_end()
         if record_error:
@@ -1419,6 +1440,19 @@ class SlurmJobRunner:
         if accounted is None and not records:
             return None
         return ledger(records, accounted)
+
+    def health(self):
+        """The health gate's record of each attempt (HEALTH_FILE beside the log: the job script's);
+        None for a job without the gate, or a job array (each task has its own)."""
+        log = self.result.get("stdout_path")
+        if not log or self.result.get("job_id") is None or self.result.get("tasks"):
+            return None
+        try:
+            fd = self.opener()(os.path.join(os.path.dirname(log), HEALTH_FILE.format(job_id=self.result["job_id"])))
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            return parse_health(handle.read(LOG_READ_BLOCK).decode("utf-8", "replace")) or None
 
     def script_stopped(self):
         """The job script's NO_PROGRESS record of this job (run.json beside its log), or None: a

@@ -23,7 +23,8 @@ description:
     limit, env, directives, a sweep), the training script on the controller, and the job's
     nodes against the inventory (names, node group, counts, whether the request fits them).
   - With O(render), puts the job together (the cluster role's C(train_job) values) and renders
-    its files: the job script from C(train.sbatch.j2), the GPU check C(gpu_check.py), and a
+    its files: the job script from C(train.sbatch.j2), the GPU check C(gpu_check.py), the health
+    gate's C(health_check.py) and C(allreduce_check.py), and a
     sweep's table. The run's and the code's directories and, unless given, the partition are
     placeholders there, which the slurm_job module fills in as it stages the job.
   - Returns its findings, for the task to register (RV(job), RV(job_files), RV(node_plan), ...): not
@@ -153,6 +154,8 @@ JOB_TEMPLATE = "train.sbatch.j2"
 GPU_CHECK = "gpu_check.py"
 # The hang watchdog's stack dumper and its suspect-node rule (files/hang_dump.py).
 HANG_DUMP = "hang_dump.py"
+# The health gate's program, and the all-reduce it imports, beside the GPU check (it imports that too).
+HEALTH_CHECK, ALLREDUCE_CHECK = "health_check.py", "allreduce_check.py"
 # Written there too: the job's mark_bad_node runs it to record a node in the user's bad nodes.
 BAD_NODES = "bad_nodes.py"
 PLACEHOLDER_CHARS = string.ascii_lowercase + string.digits
@@ -401,6 +404,9 @@ def put_together(request, script_file, script_args, code_dir, job_name, plan, ma
         "sweep_parallel": request["sweep_parallel"],
         # GPU_CHECK, written into the run's directory by the staging run.
         "gpu_check": f"{marks['run_dir']}/{GPU_CHECK}",
+        "health_check": f"{marks['run_dir']}/{HEALTH_CHECK}" if boolean(request["health_gate"], strict=False) else "",
+        "health_slow_factor": request["health_slow_factor"],
+        "health_matmul_size": request["health_matmul_size"],
         "bad_nodes_script": f"{marks['run_dir']}/{BAD_NODES}",
         "bad_nodes_root": request["jobs_dir"],
         "bad_node_hours": request["bad_node_hours"],
@@ -475,8 +481,9 @@ class ActionModule(ActionBase):
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be
-        tokens), the GPU check, the hang watchdog's stack dumper, the bad nodes' program, and a sweep's
-        table (each array task reads its arguments from the script; the table is for people and tools)."""
+        tokens), the GPU check, the hang watchdog's stack dumper, the bad nodes' program, the health
+        gate's programs, and a sweep's table (each array task reads its arguments from the script; the
+        table is for people and tools)."""
         # Ansible's template lookup, as a task's lookup('template') renders (its ansible_managed,
         # trim_blocks), given only the search path: it copies every variable it is given.
         lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
@@ -489,6 +496,9 @@ class ActionModule(ActionBase):
                  {"name": HANG_DUMP, "content": Path(self._find_needle("files", HANG_DUMP)).read_text(encoding="utf-8"),
                   "mode": "0644"},
                  {"name": BAD_NODES, "content": Path(_bad_nodes.__file__).read_text(encoding="utf-8"), "mode": "0644"}]
+        if job["health_check"]:
+            files += [{"name": name, "content": Path(self._find_needle("files", name)).read_text(encoding="utf-8"),
+                       "mode": "0644"} for name in (HEALTH_CHECK, ALLREDUCE_CHECK)]
         if job["sweep"]:
             files.append({"name": _rules.TABLE_NAME, "content": _rules.sweep_table(job["sweep"]), "mode": "0644"})
         return files

@@ -9,12 +9,16 @@ checkpoint's step and time, so that the part of a failed attempt after its last 
 told from the part it saved. sacct's figures win where it answers; without accounting the ledger is
 the script's, and says so.
 
+Each attempt's health gate (roles/slurm_launch/files/health_check.py) leaves its own record
+beside them, ``health-<job id>.jsonl``: a JSON line an attempt, read back by parse_health.
+
 Standard library only: the slurm_job module imports it on the login node.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 
 # What sacct is asked for the ledger (-n -P -D -X): one line per attempt, oldest first.
 COST_FIELDS = ("JobIDRaw", "JobID", "State", "ElapsedRaw", "AllocTRES", "Eligible", "Start")
@@ -24,6 +28,9 @@ LOST_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
 # failed, or the hang watchdog stopped it.
 LOST_OUTCOMES = ("failed", "hung")
 ATTEMPTS_FILE = "attempts-{job_id}.tsv"
+# health_check.py's record_path writes it; a unit test holds the two to the same name.
+HEALTH_FILE = "health-{job_id}.jsonl"
+HEALTH_ACTIONS = ("pass", "requeue", "fail")
 SOURCE_SACCT = "sacct"
 SOURCE_SCRIPT = "the job script's own record (no accounting: sacct did not answer)"
 
@@ -170,3 +177,19 @@ def cost_line(cost):
     return (f"{cost['hours']} {cost['unit']}-hours over {len(cost['attempts'])} attempt"
             f"{'' if len(cost['attempts']) == 1 else 's'}, {cost['lost_hours']} lost, {steps} step"
             f"{'' if steps == 1 else 's'} redone, {queued} (from {cost['source']})")
+
+
+def parse_health(text):
+    """The attempts' gate records of HEALTH_FILE's text, in the order written; lines that are no
+    record (cut, or not the gate's) are left out."""
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if (isinstance(record, dict) and record.get("action") in HEALTH_ACTIONS
+                and isinstance(record.get("restart"), int) and isinstance(record.get("nodes"), dict)
+                and isinstance(record.get("named"), list)):
+            records.append(record)
+    return records

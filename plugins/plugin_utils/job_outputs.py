@@ -38,7 +38,7 @@ from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_requ
 RECORD_KEYS = ("job_id", "name", "user", "partition", "state", "outcome", "exit_code", "exit_signal", "reason",
                "nodes", "elapsed_seconds", "restarts", "stdout_path", "stderr_path", "log_tail", "failed_nodes",
                "code", "run", "run_line", "request_differences", "points", "failure", "no_progress", "cost",
-               "hangs")
+               "hangs", "health")
 # What the ``collect`` option says, besides the job itself (the slurm_job result).
 COLLECT_SPEC = {
     # Where outputs/<name>-<id>/ go on the controller.
@@ -192,6 +192,8 @@ def report(job, staged, points, outputs):
     if job.get("no_progress"):
         rows.append(("stopped", no_progress_line(job)))
     rows.extend(("hung", hang_line(hang)) for hang in hangs)
+    for line in health_lines(job):
+        rows.append(("health", line))
     if tasks:
         rows.append(("points", f"{job.get('tasks_done')} of {job.get('tasks_total')} final, "
                                f"{job.get('tasks_total', 0) - len(sweep['failed'])} completed"))
@@ -224,12 +226,22 @@ def no_progress_line(job):
             "unless given resume=<run id>")
 
 
+def health_lines(job):
+    """The health gate's line of each attempt (the module's health: the gate's own summary of it),
+    made visible: a node's error is what a node printed."""
+    return [_rules.visible(str(record.get("summary") or f"restart {record.get('restart')}: {record.get('action')}"))
+            for record in job.get("health") or []]
+
+
 def failure_message(job, sweep, failed, outputs, failure=None):
     """The task's message for a job that did not succeed: the first failed rank's exception
     (``failure``, job_failure's) before the log's last lines."""
     reason = f", reason {_rules.visible(job['reason'])}" if job.get("reason") else ""
     if job.get("no_progress"):
         reason += f"; {no_progress_line(job)}"
+    gate = [record for record in job.get("health") or [] if record.get("action") != "pass"]
+    if gate:
+        reason += f"; health gate: {health_lines({'health': gate[-1:]})[0]}"
     nodes = f"; failed nodes: {failed}" if failed else ""
     points = ("points that did not complete: " + "; ".join(sweep["failed"]) + "\n") if job.get("tasks") else ""
     # The module made the log's lines visible; the name and path are the job's too.

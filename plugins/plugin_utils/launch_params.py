@@ -104,6 +104,16 @@ TABLE = (
     Param("hang_minutes", "float", 30, "minutes without a new log line or a touch of $TRAINING_HEARTBEAT after "
           "which the training counts as hung: every rank's stacks dumped, the attempt failed as HUNG and requeued "
           "from its checkpoint; 0 = no hang watchdog", alias="hang_minutes", request=True, given=True),
+    Section("The health gate (docs/resilience.md), at every start and restart, before training: the GPU check, a "
+            "timed matmul on each GPU of each node (on CPU where the training computes on CPU) and one timed "
+            "all-reduce across the nodes. A node that fails, or is slow, is named: the job is requeued without it "
+            "(group) or fails naming it (a node list)."),
+    Param("health_gate", "bool", True, "false: no gate (a GPU job still runs the GPU check)", alias="health_gate",
+          request=True),
+    Param("health_slow_factor", "float", 1.5, "a node whose matmul takes over this many times the median of the "
+          "other nodes' is slow", alias="health_slow_factor", request=True),
+    Param("health_matmul_size", "int", 0, "the gate's float32 matmul side; 0 = 8192 on GPUs, 2048 on CPU",
+          request=True),
     Section("Environment of the training."),
     Param("cuda_home", "str", None, "'' = no CUDA (CPU jobs)", from_var="cluster_cuda_home", request=True, given=True),
     Param("replace_ld_library_path", "bool", False, "true: LD_LIBRARY_PATH is CUDA's lib64 only", request=True),

@@ -201,6 +201,8 @@ INTEGERS = ("num_nodes", "gpus_per_node", "cpus_per_task", "nproc_per_node", "om
 OPTIONAL = {"sweep": [], "sweep_parallel": 0}
 # The hang watchdog (a launch's hang_minutes and the dumper it stages): off where not given.
 OPTIONAL.update(hang_minutes=0, hang_dump="")
+# The health gate (a launch's; the NAS job templates have none): its program's path, '' for none.
+OPTIONAL.update(health_check="", health_slow_factor=1.5, health_matmul_size=0)
 # A launch's record of the user's bad nodes (module_utils/bad_nodes.py, which the job's
 # mark_bad_node runs from the run's directory, under the jobs root, for so many hours): the NAS job
 # templates have none, and their jobs keep a bad node out of their own requeue only.
@@ -249,6 +251,18 @@ def bad_node_hours(value):
     return int(hours) if hours.is_integer() else hours
 
 
+def slow_factor(value):
+    """The health gate's factor: a number over 1 (1.5: a node 50% slower than the others' median)."""
+    try:
+        factor = float(value) if not isinstance(value, bool) else 0.0
+    except (TypeError, ValueError):
+        factor = 0.0
+    if not 1 < factor < float("inf"):
+        raise AnsibleFilterError(f"health_slow_factor={value!r} is not allowed: give a number over 1, e.g. 1.5 (a node "
+                                 "whose matmul takes over 1.5 times the median of the other nodes' is slow)")
+    return factor
+
+
 def whole_number(key, value):
     text = str(value).strip() if value not in (None, "") else "0"
     if not text.isdigit():  # "-1", "two", "1.5"
@@ -270,6 +284,8 @@ def train_job(request):
     if hours is None:
         raise AnsibleFilterError(f"bad_node_hours={job['bad_node_hours']!r} is not allowed: {BAD_NODE_HOURS_RULE}")
     job["bad_node_hours"] = hours
+    job["health_matmul_size"] = whole_number("health_matmul_size", job["health_matmul_size"])
+    job["health_slow_factor"] = slow_factor(job["health_slow_factor"])
     for key in INTEGERS:
         job[key] = whole_number(key, job[key])
     job["warning_signal"] = str(job["warning_signal"]).upper().removeprefix("SIG")
@@ -364,7 +380,7 @@ def value_problems(values):
     if "jobs_dir" in values and not (values["jobs_dir"] and _is_path(values["jobs_dir"])):
         refuse("slurm_launch_jobs_dir", values["jobs_dir"], PATH_RULE)
     for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file", "gpu_check", "hang_dump",
-                "bad_nodes_script", "bad_nodes_root"):
+                "health_check", "bad_nodes_script", "bad_nodes_root"):
         if key in values and not _is_path(values[key]):
             refuse(key, values[key], PATH_RULE)
     if "partition" in values and not _is_name(values["partition"], SLURM_NAME_RE, allow_empty=False):

@@ -583,7 +583,8 @@ def test_mark_bad_node_refuses_what_is_no_node_or_reason_and_keeps_anothers_exit
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text('#!/bin/sh\ncase "$1 $2" in\n'
                                       '  "show job") echo "   ReqNodeList=$REQUESTED ExcNodeList=node[1-2] Features=(null)" ;;\n'
-                                      '  "show hostnames") printf "node9\\nnode11\\n" ;;\n'
+                                      '  "show hostnames") [ "$3" = "node[1-2]" ] && printf "node1\\nnode2\\n" '
+                                      '|| printf "node9\\nnode11\\n" ;;\n'
                                       '  *) echo "scontrol $*" >> "$RECORD" ;;\nesac\n')
     (bin_dir / "scontrol").chmod(stat.S_IRWXU)
     test = (functions + "trap 'echo their exit trap ran' EXIT\n"
@@ -626,3 +627,108 @@ def test_a_node_that_fails_the_gpu_check_is_marked(tmp_path):
     assert proc.returncode == 91, proc.stdout + proc.stderr
     assert "gpu-check node111: torch sees 0 GPUs" in proc.stdout, "the check's reasons stay in the log"
     assert (tmp_path / "rec.marks").read_text() == f"{tmp_path}/bad_nodes.py mark /nas/jobs node111 GPU_CHECK 0.5 5\n"
+
+
+# The health gate's stand-ins: python as the gate on each node (records its argv), as its judge
+# (records its argv, prints $HEALTH_VERDICT, the line the real judge prints) and as the training;
+# scontrol records what the job asks of Slurm (and answers `show job` with the exclusions set);
+# python as the bad-nodes record (bad_nodes.py mark ROOT NODE REASON ...) records the nodes marked.
+GATE_PYTHON = ('#!/usr/bin/env python3\nimport json, os, sys\n'
+               'record = os.environ["RECORD"]\n'
+               'if sys.argv[1].endswith("bad_nodes.py"):\n'
+               '    open(record + ".bad", "a").write(f"{sys.argv[4]} {sys.argv[5]}\\n")\n'
+               '    sys.exit(0)\n'
+               'if sys.argv[1].endswith("health_check.py"):\n'
+               '    json.dump(sys.argv[1:], open(record + (".judge" if "--judge" in sys.argv else ".gate"), "w"))\n'
+               '    print(os.environ["HEALTH_VERDICT"]) if "--judge" in sys.argv else None\n'
+               '    sys.exit(0)\n'
+               'open(record + ".trained", "w").close()\n')
+GATE_SCONTROL = ('#!/bin/sh\ncase "$1 $2" in\n'
+                 '  "show hostnames") [ "$3" = "node[110-111]" ] && printf "node110\\nnode111\\n" || echo "$3" | tr , "\\n"'
+                 '; exit 0 ;;\n'
+                 '  "show job") echo "   ReqNodeList=(null) ExcNodeList=$(cat "$RECORD.excluded" 2>/dev/null || echo "(null)")"'
+                 '; exit 0 ;;\n'
+                 '  update*) echo "${3#ExcNodeList=}" > "$RECORD.excluded" ;;\nesac\n'
+                 'echo "$*" >> "$RECORD.scontrol"\n')
+
+
+def run_gate(tmp_path, verdict, restart=0, mark=True, **overrides):
+    check = f"{tmp_path}/health_check.py"
+    values = {"health_check": check, "health_slow_factor": 1.5, "health_matmul_size": 0, "max_restarts": 2,
+              "gpus_per_node": 8, "cuda_home": "/nas/cuda/cuda-11.8", **overrides}
+    if mark:
+        values.update(bad_nodes_script=f"{tmp_path}/bad_nodes.py", bad_nodes_root="/nas/jobs", bad_node_hours=24)
+    script = render(in_dir(tmp_path, **values))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("srun", STANDINS["srun"]), ("scontrol", GATE_SCONTROL), ("python", GATE_PYTHON)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    (tmp_path / "job.sbatch").write_text(script)
+    record = tmp_path / "rec"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RECORD": str(record), "HEALTH_VERDICT": verdict,
+           "SLURM_JOB_ID": "5", "SLURM_JOB_NAME": "j", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[110-111]",
+           "SLURM_JOB_PARTITION": "gpu_A6000", "SLURM_RESTART_COUNT": str(restart)}
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True, timeout=30)
+
+    def read(suffix, default=None):
+        path = Path(f"{record}{suffix}")
+        return path.read_text() if path.exists() else default
+    return proc, read
+
+
+def test_a_gate_that_passes_lets_the_attempt_train_after_one_step_over_the_nodes(tmp_path):
+    proc, read = run_gate(tmp_path, "pass -")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert read(".trained") is not None
+    gate = json.loads(read(".gate"))
+    assert gate[0] == f"{tmp_path}/health_check.py"
+    assert gate[1:] == [f"--dir={tmp_path}", "--tag=5", "--gpus-per-node=8", "--cuda-home=/nas/cuda/cuda-11.8",
+                        "--matmul-size=0"]
+    judge = json.loads(read(".judge"))
+    assert judge[1:8] == ["--judge", f"--dir={tmp_path}", "--tag=5", "--nodes=node110,node111", "--slow-factor=1.5",
+                          "--restart=0", "--max-restarts=2"]
+    assert "--partition=gpu_A6000" in judge and "--explicit" in judge, "a node list was given"
+    assert read(".bad") is None and read(".scontrol") is None
+    assert "gpu_check.py" not in (tmp_path / "job.sbatch").read_text(), "the GPU check is the gate's part"
+
+
+def test_a_node_groups_gate_marks_the_slow_node_and_requeues_the_job_without_it(tmp_path):
+    proc, read = run_gate(tmp_path, "requeue node109,node111 node111:HEALTH", nodelist="")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--explicit" not in json.loads(read(".judge"))
+    assert read(".bad") == "node111 HEALTH\n"
+    # Requeued first: Slurm changes the exclusions of a pending job only.
+    assert read(".scontrol").splitlines() == ["requeue 5", "update JobId=5 ExcNodeList=node109,node111"]
+    assert read(".trained") is None
+    assert (tmp_path / ".5.ended").read_text() == "requeued\n"
+    assert not (tmp_path / ".5.attempt").exists(), "the next attempt is no cut one"
+    end = (tmp_path / "attempts-5.tsv").read_text().splitlines()[-1].split("\t")
+    assert (end[0], end[1], end[3]) == ("end", "0", "failed"), "the attempt's time is lost"
+
+
+@pytest.mark.parametrize("verdict, code, said", [
+    ("fail - node111:HEALTH", 94, "health gate failed (the reasons above): not training"),
+    ("fail - node110:GPU_CHECK node111:GPU_CHECK", 91, "GPU check failed (the reasons above, per node): not training"),
+    ("fail - node110:GPU_CHECK node111:HEALTH", 94, "health gate failed (the reasons above): not training"),
+    ("fail -", 94, "health gate failed (the reasons above): not training"),
+    # A judge that printed nothing (it crashed): no verdict is no pass.
+    ("", 94, "health gate failed (the reasons above): not training"),
+])
+def test_a_gate_that_fails_stops_the_job_naming_its_nodes(tmp_path, verdict, code, said):
+    proc, read = run_gate(tmp_path, verdict)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert said in proc.stderr
+    assert read(".trained") is None and read(".scontrol") is None, "not requeued"
+    assert (tmp_path / ".5.ended").read_text() == f"{code}\n"
+    marked = [f"{one.split(':')[0]} {one.split(':')[1]}" for one in verdict.split()[2:]]
+    assert (read(".bad") or "").splitlines() == marked
+
+
+def test_without_mark_bad_node_the_gate_still_requeues(tmp_path):
+    """Without a record of bad nodes (a job of the NAS job templates), the gate requeues all the same."""
+    proc, read = run_gate(tmp_path, "requeue node111 node111:HEALTH", mark=False, nodelist="", health_slow_factor=2.0)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "mark_bad_node" not in proc.stderr, "no 'command not found'"
+    assert read(".scontrol").splitlines() == ["requeue 5", "update JobId=5 ExcNodeList=node111"]
+    assert "--slow-factor=2.0" in json.loads(read(".judge"))

@@ -1069,6 +1069,23 @@ def test_the_final_job_s_run_record_is_written_in_the_run_that_saw_the_end(slurm
     assert record.stat().st_mode & 0o777 == 0o600 and sorted(p.name for p in run_dir.iterdir()) == ["run.json"]
 
 
+def test_the_final_job_carries_the_health_gate_record_of_each_attempt(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli)
+    gate = {"restart": 0, "seconds": 4.2, "action": "requeue", "message": "requeued without node111",
+            "nodes": {"node110": {"seconds": 0.2}, "node111": {"seconds": 2.0}},
+            "named": [{"node": "node111", "reason": "HEALTH", "why": "slow"}]}
+    (run_dir / "health-1234.jsonl").write_text(json.dumps(gate) + "\n" + json.dumps({**gate, "restart": 1,
+                                                                                     "action": "pass"}) + "\n")
+    health = run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")}).result["health"]
+    assert [(one["restart"], one["action"]) for one in health] == [(0, "requeue"), (1, "pass")]
+    assert health[0]["named"] == gate["named"]
+
+
+def test_a_job_without_the_gate_has_no_health_record(slurm_cli, clock, tmp_path, job_output):
+    run_record_job(tmp_path, job_output, slurm_cli)
+    assert run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")}).result["health"] is None
+
+
 def test_no_run_record_in_check_mode_for_a_running_job_or_outside_the_users_runs(slurm_cli, clock, tmp_path,
                                                                                   job_output):
     run_dir = run_record_job(tmp_path, job_output, slurm_cli)

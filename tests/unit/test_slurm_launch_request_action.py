@@ -44,7 +44,8 @@ def request(trainer, **given):
               "warning_signal": "USR1", "warning_seconds": 120, "max_restarts": 1, "hang_minutes": 30, "extra_directives": [], "env": {},
               "cuda_home": "/nas/cuda-11.8", "replace_ld_library_path": False, "conda_root": "/nas/conda",
               "conda_env": "train", "venv": "", "nccl_env_dir": "/nas/nccl", "rendezvous": "static", "sweep": {},
-              "sweep_parallel": 0, "env_from": [], "bad_node_hours": 24}
+              "sweep_parallel": 0, "env_from": [], "health_gate": True, "health_slow_factor": 1.5,
+              "health_matmul_size": 0, "bad_node_hours": 24}
     assert set(values) == set(keys), "the test's request has the role's keys"
     return {**values, **given}
 
@@ -82,7 +83,8 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
     assert (job["gpus_per_node"], job["cpus_per_task"], job["nproc_per_node"]) == (8, 16, 8)
     assert job["nccl_env_file"] == "/nas/nccl/nccl-gpu_A6000.sh"
     files = {one["name"]: one for one in result["job_files"]}
-    assert set(files) == {"train.sbatch", "gpu_check.py", "hang_dump.py", "bad_nodes.py", "sweep.tsv"}
+    assert set(files) == {"train.sbatch", "gpu_check.py", "hang_dump.py", "bad_nodes.py", "health_check.py",
+                          "allreduce_check.py", "sweep.tsv"}
     # The job script as Ansible's template lookup renders it: only the user reads a script with env values.
     sbatch = files["train.sbatch"]
     assert sbatch["mode"] == "0600"
@@ -101,6 +103,37 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
     assert files["bad_nodes.py"]["content"] == (PROJECT_ROOT / "plugins" / "module_utils" / "bad_nodes.py").read_text()
     assert (f"python {marks['run_dir']}/bad_nodes.py mark /nas/jobs \"$node\" \"$reason\" 24 \"$SLURM_JOB_ID\""
             in sbatch["content"])
+    # The health gate: its programs beside the GPU check, its step in the job script.
+    for name in ("health_check.py", "allreduce_check.py"):
+        assert files[name]["content"] == (ROLE / "files" / name).read_text()
+    assert job["health_check"] == f"{marks['run_dir']}/health_check.py"
+    assert f"python {marks['run_dir']}/health_check.py --dir=" in sbatch["content"]
+    assert "--slow-factor=1.5 " in sbatch["content"]
+
+
+@pytest.mark.parametrize("gate, factor, size", [(False, 1.5, 0), ("false", "2", "512")])
+def test_the_health_gate_is_switched_off_or_tuned_by_its_parameters(script, gate, factor, size):
+    found = run(request(script, health_gate=gate, health_slow_factor=factor, health_matmul_size=size))
+    assert not found.get("failed"), found.get("msg")
+    names = {one["name"] for one in found["job_files"]}
+    assert names == {"train.sbatch", "gpu_check.py", "hang_dump.py", "bad_nodes.py"}, "no gate, no gate programs"
+    assert found["job"]["health_check"] == ""
+    content = found["job_files"][0]["content"]
+    assert "health_check.py" not in content and "python " + found["placeholders"]["run_dir"] + "/gpu_check.py" in content
+    on = run(request(script, health_slow_factor=factor, health_matmul_size=size))
+    assert (on["job"]["health_slow_factor"], on["job"]["health_matmul_size"]) == (float(factor), int(size))
+    assert f"--slow-factor={float(factor)} " in on["job_files"][0]["content"]
+    assert f"--matmul-size={int(size)}\n" in on["job_files"][0]["content"]
+
+
+@pytest.mark.parametrize("given, words", [
+    ({"health_slow_factor": 1}, "health_slow_factor=1 is not allowed: give a number over 1"),
+    ({"health_slow_factor": "fast"}, "health_slow_factor='fast' is not allowed: give a number over 1"),
+    ({"health_slow_factor": True}, "health_slow_factor=True is not allowed"),
+    ({"health_matmul_size": -1}, "health_matmul_size=-1 is not allowed: give a whole number, 0 or more")])
+def test_a_bad_health_gate_value_is_refused_naming_it(script, given, words):
+    found = run(request(script, **given))
+    assert found.get("failed") and words in found["msg"], found.get("msg")
 
 
 def test_each_launch_draws_its_own_placeholders(script):
