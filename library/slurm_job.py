@@ -1289,12 +1289,13 @@ def _file_stamp(path):
 class EndMarker:
     """The file a job writes as its batch script ends, watched so as to answer without polling Slurm."""
 
-    def __init__(self, pattern, job_id, seen=None, quick_polls_left=0):
+    def __init__(self, pattern, job_id, seen=None, quick_polls_left=0, carried=False):
         self.path = pattern.replace("%j", str(job_id)) if pattern else None
         # An earlier run of a requeued job may have left one; an earlier slice of this follow
-        # says what it saw, and how many quick polls are left of the marker's last change (the
-        # job turning COMPLETING ends a slice between the marker and the job's end).
-        self.seen = tuple(seen) if seen else self._stamp()
+        # (``carried``) says what it saw, none included: a marker written between two slices is
+        # the job's end, not an earlier run's. And how many quick polls are left of the marker's
+        # last change (the job turning COMPLETING ends a slice between the marker and the job's end).
+        self.seen = tuple(seen) if seen else (None if carried else self._stamp())
         self.quick_polls_left = quick_polls_left
 
     def _stamp(self):
@@ -1539,7 +1540,7 @@ class SlurmJobRunner:
         schedule = PollSchedule(self.params["poll_min"], self.params["poll_max"])
         progress = self.params["progress_from"]
         marker = EndMarker(self.params["end_marker"], job_id, seen=(progress or {}).get("marker"),
-                           quick_polls_left=(progress or {}).get("marker_quick_polls", 0))
+                           quick_polls_left=(progress or {}).get("marker_quick_polls", 0), carried=bool(progress))
         if progress:
             # A slice after the first: carry on from the last look, and from the job it saw.
             schedule.resume(progress["next_poll"], (progress["state"], progress["restarts"], progress.get("tasks_done")))
