@@ -283,10 +283,13 @@ RETURN = r"""
 nodes_checked:
   description:
     - Of a launch, what the check of its nodes against Slurm found. C(partition); C(unusable),
-      each unusable node's state; C(notes), one line per usable node that may delay the job.
+      each unusable node's state; C(bad_nodes), the user's unexpired bad nodes among the job's
+      (C(node), C(reason), C(since), C(until), C(job_id), C(line)); C(excluded), those a node
+      group's job leaves out; C(notes), one line per usable node that may delay the job or is left out.
   returned: always (null but for a launch's submission)
   type: dict
-  sample: {"partition": "gpu_A6000", "unusable": {}, "notes": ["node111 (idle~) is powered down: it boots first"]}
+  sample: {"partition": "gpu_A6000", "unusable": {}, "bad_nodes": [], "excluded": [],
+           "notes": ["node111 (idle~) is powered down: it boots first"]}
 collected_files:
   description:
     - When the job is final and the action plugin collects it, the job's files read on the host, as
@@ -636,6 +639,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.hpc.slurm_train.plugins.module_utils import bad_nodes
 from ansible_collections.hpc.slurm_train.plugins.module_utils.cluster_rules import (
     collected_paths, job_script_name, run_of_path, visible,
 )
@@ -697,6 +701,10 @@ INTERNAL_SPEC = {
         "group": {"type": "str", "default": ""},
         "node_group": {"type": "str", "default": ""},
         "inventory": {"type": "dict", "default": {}},
+        # The jobs directory whose <user>/nodes.json keeps the user's bad nodes (empty: none read):
+        # a group's job leaves the unexpired ones out, a node list holding one is refused unless forced.
+        "bad_nodes_root": {"type": "path", "default": ""},
+        "force_bad_nodes": {"type": "bool", "default": False},
     }},
     # A follow in slices: return at the next change of state (or at timeout) with `progress`, from
     # which the next slice carries on without asking Slurm again at once; a slice also ends once the
@@ -1205,12 +1213,13 @@ def _file_stamp(path):
 class EndMarker:
     """The file a job writes as its batch script ends, watched so as to answer without polling Slurm."""
 
-    def __init__(self, pattern, job_id, seen=None, quick_polls_left=0):
+    def __init__(self, pattern, job_id, seen=None, quick_polls_left=0, carried=False):
         self.path = pattern.replace("%j", str(job_id)) if pattern else None
         # An earlier run of a requeued job may have left one; an earlier slice of this follow
-        # says what it saw, and how many quick polls are left of the marker's last change (the
-        # job turning COMPLETING ends a slice between the marker and the job's end).
-        self.seen = tuple(seen) if seen else self._stamp()
+        # (``carried``) says what it saw, none included: a marker written between two slices is
+        # the job's end, not an earlier run's. And how many quick polls are left of the marker's
+        # last change (the job turning COMPLETING ends a slice between the marker and the job's end).
+        self.seen = tuple(seen) if seen else (None if carried else self._stamp())
         self.quick_polls_left = quick_polls_left
 
     def _stamp(self):
@@ -1460,7 +1469,7 @@ class SlurmJobRunner:
         schedule = PollSchedule(self.params["poll_min"], self.params["poll_max"])
         progress = self.params["progress_from"]
         marker = EndMarker(self.params["end_marker"], job_id, seen=(progress or {}).get("marker"),
-                           quick_polls_left=(progress or {}).get("marker_quick_polls", 0))
+                           quick_polls_left=(progress or {}).get("marker_quick_polls", 0), carried=bool(progress))
         if progress:
             # A slice after the first: carry on from the last look, and from the job it saw.
             schedule.resume(progress["next_poll"], (progress["state"], progress["restarts"], progress.get("tasks_done")))
@@ -1661,7 +1670,44 @@ class SlurmJobRunner:
         self.result["nodes_checked"] = {key: checked[key] for key in ("partition", "unusable", "notes")}
         if not request["partition"]:
             self.partition_option = [f"--partition={checked['partition']}"]
+        self.result["nodes_checked"].update(self.check_bad_nodes(request, checked["unusable"]))
         return {"partition": checked["partition"]}
+
+    def check_bad_nodes(self, request, unusable):
+        """The user's unexpired bad nodes among the job's: a node group's job leaves them out
+        (sbatch --exclude, when enough usable nodes remain); a node list holding one is refused,
+        or with force_bad_nodes warned about."""
+        found = {"bad_nodes": [], "excluded": []}
+        if not request["bad_nodes_root"]:
+            return found
+        try:
+            records = bad_nodes.unexpired(bad_nodes.read(request["bad_nodes_root"]))
+        except (bad_nodes.Refused, OSError) as error:
+            self.finish(f"your bad nodes: {error}")
+        kept = bad_nodes.listed({node: record for node, record in records.items() if node in request["names"]})
+        found["bad_nodes"] = kept
+        if not kept:
+            return found
+        lines = "; ".join(entry["line"] for entry in kept)
+        forget = f"ansible-playbook jobs.yml -e forget_node={kept[0]['node']} clears one"
+        if not request["group"]:
+            if not request["force_bad_nodes"]:
+                self.finish(f"The node list holds a bad node of yours: {lines}. Pick other nodes, or launch by node "
+                            "group (-e group=<group> -e num_nodes=N), which leaves bad nodes out; "
+                            f"{forget}, or -e force=true submits to it anyway.")
+            self.module.warn(f"submitting to a bad node of yours, as asked (force): {lines}")
+            return found
+        usable = [name for name in request["names"] if name not in unusable and name not in records]
+        num_nodes = int(request["num_nodes"])
+        if len(usable) < num_nodes:
+            self.finish(f"{num_nodes} nodes of group {request['group']} are needed and {len(usable)} are usable: "
+                        f"{len(unusable)} unusable in Slurm, and bad nodes of yours left out: {lines}. "
+                        f"Ask for fewer nodes, or wait until one expires; {forget}.")
+        found["excluded"] = [entry["node"] for entry in kept]
+        self.params["sbatch_args"] = [*self.params["sbatch_args"], "--exclude=" + ",".join(found["excluded"])]
+        self.result["nodes_checked"]["notes"] = [
+            *self.result["nodes_checked"]["notes"], *(f"left out, a bad node of yours: {entry['line']}" for entry in kept)]
+        return found
 
     def stage(self, scratch, known):
         """Stage the job (the job_dir module's rules): O(script) names one of its files, written

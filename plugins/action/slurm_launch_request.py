@@ -125,6 +125,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
 from ansible_collections.hpc.slurm_train.plugins.action.slurm_job import CodeToStage
+from ansible_collections.hpc.slurm_train.plugins.module_utils import bad_nodes as _bad_nodes
 from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import END_MARKER_NAME, code_dir_from_run
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params as _params
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request as _rules
@@ -157,6 +158,8 @@ GPU_CHECK = "gpu_check.py"
 HANG_DUMP = "hang_dump.py"
 # The health gate's program, and the all-reduce it imports, beside the GPU check (it imports that too).
 HEALTH_CHECK, ALLREDUCE_CHECK = "health_check.py", "allreduce_check.py"
+# Written there too: the job's mark_bad_node runs it to record a node in the user's bad nodes.
+BAD_NODES = "bad_nodes.py"
 
 
 def _length(value):
@@ -398,6 +401,9 @@ def put_together(request, script_args, job_name, plan, code):
         "health_check": HEALTH_CHECK if boolean(request["health_gate"], strict=False) else "",
         "health_slow_factor": request["health_slow_factor"],
         "health_matmul_size": request["health_matmul_size"],
+        "bad_nodes_script": BAD_NODES,
+        "bad_nodes_root": request["jobs_dir"],
+        "bad_node_hours": request["bad_node_hours"],
     })
 
 
@@ -469,9 +475,9 @@ class ActionModule(ActionBase):
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be
-        tokens), the GPU check, the hang watchdog's stack dumper, the health gate's programs, and a
-        sweep's table (each array task reads its arguments from the script; the table is for people
-        and tools)."""
+        tokens), the GPU check, the hang watchdog's stack dumper, the bad nodes' program, the health
+        gate's programs, and a sweep's table (each array task reads its arguments from the script; the
+        table is for people and tools)."""
         # Ansible's template lookup, as a task's lookup('template') renders (its ansible_managed,
         # trim_blocks), given only the search path: it copies every variable it is given.
         lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
@@ -482,7 +488,8 @@ class ActionModule(ActionBase):
                  {"name": GPU_CHECK, "content": Path(self._find_needle("files", GPU_CHECK)).read_text(encoding="utf-8"),
                   "mode": "0644"},
                  {"name": HANG_DUMP, "content": Path(self._find_needle("files", HANG_DUMP)).read_text(encoding="utf-8"),
-                  "mode": "0644"}]
+                  "mode": "0644"},
+                 {"name": BAD_NODES, "content": Path(_bad_nodes.__file__).read_text(encoding="utf-8"), "mode": "0644"}]
         if job["health_check"]:
             files += [{"name": name, "content": Path(self._find_needle("files", name)).read_text(encoding="utf-8"),
                        "mode": "0644"} for name in (HEALTH_CHECK, ALLREDUCE_CHECK)]

@@ -98,6 +98,9 @@ TABLE = (
           from_var="cluster_job_warning_seconds", request=True),
     Param("max_restarts", "int", None, "times the job requeues itself after the warning or a node failure; "
           "0 = --no-requeue", alias="max_restarts", from_var="cluster_job_max_restarts", request=True),
+    Param("bad_node_hours", "float", 24, "hours a node that failed a job of yours (node failure, GPU check, hang, "
+          "health gate) is kept out of your next jobs (<jobs>/<you>/nodes.json); 0 = not kept",
+          alias="bad_node_hours", request=True, given=True),
     Param("hang_minutes", "float", 30, "minutes without a new log line or a touch of $TRAINING_HEARTBEAT after "
           "which the training counts as hung: every rank's stacks dumped, the attempt failed as HUNG and requeued "
           "from its checkpoint; 0 = no hang watchdog", alias="hang_minutes", request=True, given=True),
@@ -135,7 +138,8 @@ TABLE = (
     Param("wait", "bool", True, "false: return right after submission", alias="wait"),
     Param("job_id", "int", 0, "follow or collect this job instead of submitting", alias="job_id", request=True),
     Param("force", "bool", False, "submit even if the same job is pending/running; with resume=<run id>, resume "
-          "that run even when it is another request", alias="force"),
+          "that run even when it is another request; with nodes, submit to a node you keep as bad (warned)",
+          alias="force"),
     Section("A job name is an experiment, each launch a run of it in <job dir>/runs/<id>/ (script, log, "
             "checkpoints), and a run is one request: its script, arguments, code, sweep, env names and shape."),
     Param("resume", "str", "auto", "which run of the job name this launch is: auto (resume the newest run of the "
@@ -147,6 +151,8 @@ TABLE = (
           alias="cancel"),
     Param("logs", "int", 0, "jobs.yml: print this job's log tail and follow it until the job ends (Ctrl-C stops "
           "following only)", alias="logs"),
+    Param("forget_node", "str", "", "jobs.yml: take this node off your bad nodes (jobs.yml lists them)",
+          alias="forget_node"),
     Param("logs_every", "int", 5, "jobs.yml -e logs=N: seconds between looks at the log (each asks Slurm once)"),
     Param("progress_every", "int", 30, "while following, seconds between live progress lines (state changes show "
           "at once); 0 = none"),

@@ -203,6 +203,10 @@ OPTIONAL = {"sweep": [], "sweep_parallel": 0}
 OPTIONAL.update(hang_minutes=0, hang_dump="")
 # The health gate (a launch's; the NAS job templates have none): its program's path, '' for none.
 OPTIONAL.update(health_check="", health_slow_factor=1.5, health_matmul_size=0)
+# A launch's record of the user's bad nodes (module_utils/bad_nodes.py, which the job's
+# mark_bad_node runs from the run's directory, under the jobs root, for so many hours): the NAS job
+# templates have none, and their jobs keep a bad node out of their own requeue only.
+OPTIONAL.update(bad_nodes_script="", bad_nodes_root="", bad_node_hours=0)
 
 
 # The signals a training can take as "checkpoint and stop" without other meaning to Slurm or torchrun.
@@ -226,6 +230,25 @@ def hang_minutes(value):
     if not 0 <= minutes <= MAX_HANG_MINUTES:  # also NaN
         return None
     return int(minutes) if minutes.is_integer() else minutes
+
+
+# A year: longer is a typo.
+MAX_BAD_NODE_HOURS = 366 * 24
+BAD_NODE_HOURS_RULE = (f"give the hours a node that failed a job of yours is kept out of your next jobs, 0 to "
+                       f"{MAX_BAD_NODE_HOURS} (a fraction is allowed, e.g. 0.5), 0 to keep none")
+
+
+def bad_node_hours(value):
+    """bad_node_hours as a number (a whole one when it is), or None when it is not one of 0 to MAX_BAD_NODE_HOURS."""
+    if isinstance(value, bool):
+        return None
+    try:
+        hours = float(str(value).strip() or "0")
+    except ValueError:
+        return None
+    if not 0 <= hours <= MAX_BAD_NODE_HOURS:  # also NaN
+        return None
+    return int(hours) if hours.is_integer() else hours
 
 
 def slow_factor(value):
@@ -257,6 +280,10 @@ def train_job(request):
     if minutes is None:
         raise AnsibleFilterError(f"hang_minutes={job['hang_minutes']!r} is not allowed: {HANG_MINUTES_RULE}")
     job["hang_minutes"] = minutes
+    hours = bad_node_hours(job["bad_node_hours"])
+    if hours is None:
+        raise AnsibleFilterError(f"bad_node_hours={job['bad_node_hours']!r} is not allowed: {BAD_NODE_HOURS_RULE}")
+    job["bad_node_hours"] = hours
     job["health_matmul_size"] = whole_number("health_matmul_size", job["health_matmul_size"])
     job["health_slow_factor"] = slow_factor(job["health_slow_factor"])
     for key in INTEGERS:
@@ -365,10 +392,10 @@ def value_problems(values):
                 refuse("end_marker", values["end_marker"], f"{RUN_FILE_RULE} ('%j' is the job id)")
     if "jobs_dir" in values and not (values["jobs_dir"] and _is_path(values["jobs_dir"])):
         refuse("slurm_launch_jobs_dir", values["jobs_dir"], PATH_RULE)
-    for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file"):
+    for key in ("cuda_home", "conda_root", "venv", "nccl_env_dir", "nccl_env_file", "bad_nodes_root"):
         if key in values and not _is_path(values[key]):
             refuse(key, values[key], PATH_RULE)
-    for key in ("gpu_check", "hang_dump", "health_check"):
+    for key in ("gpu_check", "hang_dump", "health_check", "bad_nodes_script"):
         if key in values and not (_is_path(values[key]) or _is_run_file(values[key])):
             refuse(key, values[key], f"{PATH_RULE}, or {RUN_FILE_RULE}")
     # Empty: the partition the job's nodes share, which the submission finds in Slurm.
@@ -383,6 +410,8 @@ def value_problems(values):
         refuse("nodelist", values["nodelist"], "a Slurm hostlist such as node[110-111]")
     if "hang_minutes" in values and hang_minutes(values["hang_minutes"]) is None:
         refuse("hang_minutes", values["hang_minutes"], HANG_MINUTES_RULE)
+    if "bad_node_hours" in values and bad_node_hours(values["bad_node_hours"]) is None:
+        refuse("bad_node_hours", values["bad_node_hours"], BAD_NODE_HOURS_RULE)
     if "rendezvous" in values and values["rendezvous"] not in RENDEZVOUS:
         refuse("rendezvous", values["rendezvous"], " or ".join(RENDEZVOUS))
     if "time_limit" in values and (isinstance(values["time_limit"], bool)

@@ -90,7 +90,11 @@ print(f"rank {rank} done")
 '''
 
 
-def test_a_rank_blocked_in_all_reduce_is_dumped_named_hung_and_the_job_completes_after_a_requeue(cluster, tmp_path):
+def test_a_rank_blocked_in_all_reduce_is_dumped_named_hung_and_the_job_completes_after_a_requeue(cluster, tmp_path,
+                                                                                                   request):
+    # The suspect node becomes a bad node of the user's: forgotten after, or the shared cluster's
+    # later launches to it would be refused.
+    request.addfinalizer(lambda: slurm_train.forget_node("node111"))
     py_spy = cluster.nas / "tools" / "py-spy-0.4.2" / "py-spy"
     if not py_spy.exists():
         py_spy.parent.mkdir(parents=True, exist_ok=True)
@@ -138,3 +142,8 @@ def test_a_rank_blocked_in_all_reduce_is_dumped_named_hung_and_the_job_completes
     assert record["cost"]["attempts"][0]["lost_seconds"] > 0, "a hung attempt's time after its checkpoint is lost"
     hung_row = next(line for line in result.summary.splitlines() if line.startswith("hung "))
     assert hung_row.split(None, 1)[1].startswith(f"attempt 0 of job {job_id} HUNG at step 20: suspect node111;")
+
+    # node111 is kept out of the user's next launches; this job, given it by name, ran there again.
+    assert [(entry["reason"], entry["job_id"]) for entry in slurm_train.bad_nodes() if entry["node"] == "node111"] == [
+        ("HUNG", job_id)]
+    assert "node111 is in the job's own node list: its next attempt runs there again" in log

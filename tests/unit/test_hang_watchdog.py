@@ -102,7 +102,7 @@ def test_hang_minutes_zero_leaves_no_watchdog_in_the_job_script(tmp_path):
     script = render(in_dir(tmp_path, hang_minutes=0, hang_dump="/nas/jobs/alice/train/runs/1/hang_dump.py"))
     (tmp_path / "job.sbatch").write_text(script)
     subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
-    for word in ("watch_for_hang", "HANG_SECONDS", "hang_dump.py", "--overlap", "mark_bad_node"):
+    for word in ("watch_for_hang", "HANG_SECONDS", "hang_dump.py", "--overlap", 'mark_bad_node "$node" HUNG'):
         assert word not in script, word
     # The heartbeat is there all the same: a training may touch it whether or not it is watched.
     assert 'export TRAINING_HEARTBEAT="$RUN_DIR/.$SLURM_JOB_ID.heartbeat"' in script.splitlines()
@@ -214,7 +214,10 @@ def test_the_watchdog_dumps_kills_the_step_and_requeues_the_attempt_as_hung(tmp_
     assert proc.returncode == 0, text
     # Three seconds without a line: the stacks of each node's two workers, the step killed, requeued.
     assert "HUNG: no new line in the log and no touch of $TRAINING_HEARTBEAT for 3 s (hang_minutes=0.05)" in text, text
-    assert record.read_text() == f"scancel --signal=KILL {HUNG_JOB_ID}.5\nscontrol requeue {HUNG_JOB_ID}\n"
+    # The suspect node, marked bad, is left out of the requeued attempt (the job's own nodes are not
+    # said by this stand-in's `scontrol show job`, so it is no node the job was given by name).
+    assert record.read_text() == (f"scancel --signal=KILL {HUNG_JOB_ID}.5\nscontrol requeue {HUNG_JOB_ID}\n"
+                                  f"scontrol show job {HUNG_JOB_ID}\nscontrol update JobId={HUNG_JOB_ID} ExcNodeList=node111\n")
     dumps = {node: tmp_path / f"hang-{HUNG_JOB_ID}-0-{node}.txt" for node in ("node110", "node111")}
     frames = {}
     for path in dumps.values():

@@ -532,18 +532,141 @@ def test_an_attempt_cut_by_slurm_without_progress_stops_the_next_one_before_trai
     assert "step=41" in log and code == 1 and "NO_PROGRESS: failed at step 45" in log
 
 
+# Bad nodes: python runs bad_nodes.py (the record) as a recording stand-in, anything else as the training.
+BAD_NODES_PYTHON = ('#!/bin/bash\nif [[ $1 == *bad_nodes.py ]]; then echo "$*" >> "$RECORD.marks"; exit 0; fi\n'
+                    'exec training "$@"\n')
+# sinfo -N -n NODES -o '%N %t': the states the test gives in $NODE_STATES.
+SINFO_STATES = '#!/bin/sh\nprintf "$NODE_STATES"\n'
+
+
+def run_cut_attempt(tmp_path, node_states, hours=24, **env):
+    """The attempt after one Slurm cut (its attempt record and nodes left behind) at checkpoint 40;
+    this one saves step 42 and fails at 45: requeued."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("srun", STANDINS["srun"]), ("training", TRAINING_THAT_FAILS), ("python", BAD_NODES_PYTHON),
+                       ("scontrol", SCONTROL_RECORDING), ("sinfo", SINFO_STATES)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    (tmp_path / "checkpoints").mkdir(exist_ok=True)
+    (tmp_path / "checkpoints" / "checkpoint.json").write_text('{"step": 40}')
+    (tmp_path / ".77.attempt").write_text("30\n")
+    (tmp_path / ".77.attempt-nodes").write_text("node110\nnode111\n")
+    script = render(in_dir(tmp_path, max_restarts=3, bad_nodes_script=f"{tmp_path}/bad_nodes.py",
+                           bad_nodes_root="/nas/jobs", bad_node_hours=hours))
+    (tmp_path / "job.sbatch").write_text(script)
+    record = tmp_path / "record"
+    record.write_text("")
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], capture_output=True, text=True, timeout=30,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "j",
+                               "RECORD": str(record), "SLURM_JOB_NUM_NODES": "2", "EXIT_CODE": "1", "SAVE_AT": "42",
+                               "FAIL_AT": "45", "SLURM_JOB_NODELIST": "node[110-111]", "SLURM_RESTART_COUNT": "1",
+                               "NODE_STATES": node_states, **env})
+    marks = tmp_path / "record.marks"
+    return proc, record.read_text(), marks.read_text() if marks.exists() else ""
+
+
+def test_a_node_down_after_a_cut_attempt_is_marked_and_left_out_of_the_requeue(tmp_path):
+    proc, calls, marks = run_cut_attempt(tmp_path, "node110 down*\\nnode111 alloc\\n")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert marks == f"{tmp_path}/bad_nodes.py mark /nas/jobs node110 NODE_FAIL 24 77\n"
+    assert "bad node node110 (NODE_FAIL): left out of this job's next attempt" in proc.stdout
+    # Slurm takes ExcNodeList only from a pending job: after the requeue, as the script ends.
+    assert calls == "scontrol requeue 77\nscontrol show job 77\nscontrol update JobId=77 ExcNodeList=node110\n"
+    assert "step=41" in proc.stdout, "the attempt trains on the nodes it has"
+    assert (tmp_path / ".77.attempt-nodes").read_text() == "node110\nnode111\n", "this attempt's nodes, for the next"
+
+
+@pytest.mark.parametrize("states, marked", [
+    ("node110 alloc\\nnode111 idle\\n", []),  # preempted or requeued by hand: nothing failed
+    ("node110 drain\\nnode111 idle*\\n", ["node110", "node111"]),
+    ("node110 drng\\nnode111 fail\\n", ["node110", "node111"]),
+])
+def test_only_nodes_slurm_has_down_drained_failing_or_not_responding_are_marked(tmp_path, states, marked):
+    proc, calls, marks = run_cut_attempt(tmp_path, states)
+    assert [line.split()[3] for line in marks.splitlines()] == marked, proc.stdout + proc.stderr
+    assert ("ExcNodeList=" + ",".join(marked) in calls) == bool(marked)
+
+
+def test_without_hours_to_keep_it_a_bad_node_is_left_out_of_the_requeue_but_not_recorded(tmp_path):
+    proc, calls, marks = run_cut_attempt(tmp_path, "node111 down*\\n", hours=0)
+    assert marks == "" and "bad_nodes.py" not in (tmp_path / "job.sbatch").read_text()
+    assert calls.endswith("scontrol update JobId=77 ExcNodeList=node111\n"), proc.stdout + proc.stderr
+
+
+def test_mark_bad_node_refuses_what_is_no_node_or_reason_and_keeps_anothers_exit_trap(tmp_path):
+    script = render(in_dir(tmp_path))
+    functions = script[script.index("bad_nodes=()"):script.index("# Slurm requeues a job on node failure")]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text('#!/bin/sh\ncase "$1 $2" in\n'
+                                      '  "show job") echo "   ReqNodeList=$REQUESTED ExcNodeList=node[1-2] Features=(null)" ;;\n'
+                                      '  "show hostnames") [ "$3" = "node[1-2]" ] && printf "node1\\nnode2\\n" '
+                                      '|| printf "node9\\nnode11\\n" ;;\n'
+                                      '  *) echo "scontrol $*" >> "$RECORD" ;;\nesac\n')
+    (bin_dir / "scontrol").chmod(stat.S_IRWXU)
+    test = (functions + "trap 'echo their exit trap ran' EXIT\n"
+            "mark_bad_node 'node9;reboot' HUNG || echo refused 1\nmark_bad_node node9 TIRED || echo refused 2\n"
+            "mark_bad_node node9 HUNG\nmark_bad_node node9 HEALTH\nmark_bad_node node10 HEALTH\nend_mark=$END_MARK\n")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "5", "RECORD": str(tmp_path / "rec"), "REQUESTED": "(null)"}
+    proc = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=10,
+                          env={**env, "END_MARK": "requeued"})
+    assert "refused 1\n" in proc.stdout and "refused 2\n" in proc.stdout
+    assert "mark_bad_node 'node9;reboot' 'HUNG': give a node name and NODE_FAIL, GPU_CHECK, HUNG or HEALTH" in proc.stderr
+    assert proc.stdout.endswith("the job's next attempt leaves out node[1-2],node9,node10\ntheir exit trap ran\n")
+    assert (tmp_path / "rec").read_text() == "scontrol update JobId=5 ExcNodeList=node[1-2],node9,node10\n"
+    # Not requeued: nothing asked of Slurm after the end marker (a launch waits on Slurm's final word).
+    (tmp_path / "rec").unlink()
+    proc = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=10, env={**env, "END_MARK": "0"})
+    assert proc.stdout.endswith("left out of this job's next attempt\ntheir exit trap ran\n")
+    assert not (tmp_path / "rec").exists()
+    # A job given its nodes by name keeps them: excluded, it could never start again.
+    proc = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=10,
+                          env={**env, "END_MARK": "requeued", "REQUESTED": "node[9,11]"})
+    assert "node9 is in the job's own node list: its next attempt runs there again" in proc.stderr
+    assert (tmp_path / "rec").read_text() == "scontrol update JobId=5 ExcNodeList=node[1-2],node10\n"
+
+
+def test_a_node_that_fails_the_gpu_check_is_marked(tmp_path):
+    script = render(in_dir(tmp_path, gpu_check=f"{tmp_path}/gpu_check.py", gpus_per_node=4,
+                           bad_nodes_script=f"{tmp_path}/bad_nodes.py", bad_nodes_root="/nas/jobs", bad_node_hours=0.5))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    check = ('#!/bin/bash\nif [[ $1 == *gpu_check.py ]]; then\n  echo "gpu-check node110: ok: driver 550"\n'
+             '  echo "gpu-check node111: FAILED: driver none"; echo "gpu-check node111: torch sees 0 GPUs" >&2; exit 1\nfi\n')
+    for name, text in (("srun", STANDINS["srun"]), ("scontrol", SCONTROL_RECORDING),
+                       ("python", BAD_NODES_PYTHON.replace("exec training", check + "exec training"))):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    (tmp_path / "job.sbatch").write_text(script)
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], capture_output=True, text=True, timeout=30,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "RECORD": str(tmp_path / "rec"), "SLURM_JOB_ID": "5",
+                               "SLURM_JOB_NAME": "j", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[110-111]"})
+    assert proc.returncode == 91, proc.stdout + proc.stderr
+    assert "gpu-check node111: torch sees 0 GPUs" in proc.stdout, "the check's reasons stay in the log"
+    assert (tmp_path / "rec.marks").read_text() == f"{tmp_path}/bad_nodes.py mark /nas/jobs node111 GPU_CHECK 0.5 5\n"
+
+
 # The health gate's stand-ins: python as the gate on each node (records its argv), as its judge
 # (records its argv, prints $HEALTH_VERDICT, the line the real judge prints) and as the training;
-# scontrol records what the job asks of Slurm; mark_bad_node, as the bad-nodes record defines it
-# (a function the job's shell finds), records the nodes marked.
+# scontrol records what the job asks of Slurm (and answers `show job` with the exclusions set);
+# python as the bad-nodes record (bad_nodes.py mark ROOT NODE REASON ...) records the nodes marked.
 GATE_PYTHON = ('#!/usr/bin/env python3\nimport json, os, sys\n'
                'record = os.environ["RECORD"]\n'
+               'if sys.argv[1].endswith("bad_nodes.py"):\n'
+               '    open(record + ".bad", "a").write(f"{sys.argv[4]} {sys.argv[5]}\\n")\n'
+               '    sys.exit(0)\n'
                'if sys.argv[1].endswith("health_check.py"):\n'
                '    json.dump(sys.argv[1:], open(record + (".judge" if "--judge" in sys.argv else ".gate"), "w"))\n'
                '    print(os.environ["HEALTH_VERDICT"]) if "--judge" in sys.argv else None\n'
                '    sys.exit(0)\n'
                'open(record + ".trained", "w").close()\n')
-GATE_SCONTROL = ('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "node110\\nnode111\\n" && exit 0\n'
+GATE_SCONTROL = ('#!/bin/sh\ncase "$1 $2" in\n'
+                 '  "show hostnames") [ "$3" = "node[110-111]" ] && printf "node110\\nnode111\\n" || echo "$3" | tr , "\\n"'
+                 '; exit 0 ;;\n'
+                 '  "show job") echo "   ReqNodeList=(null) ExcNodeList=$(cat "$RECORD.excluded" 2>/dev/null || echo "(null)")"'
+                 '; exit 0 ;;\n'
+                 '  update*) echo "${3#ExcNodeList=}" > "$RECORD.excluded" ;;\nesac\n'
                  'echo "$*" >> "$RECORD.scontrol"\n')
 
 
@@ -551,6 +674,8 @@ def run_gate(tmp_path, verdict, restart=0, mark=True, **overrides):
     check = f"{tmp_path}/health_check.py"
     values = {"health_check": check, "health_slow_factor": 1.5, "health_matmul_size": 0, "max_restarts": 2,
               "gpus_per_node": 8, "cuda_home": "/nas/cuda/cuda-11.8", **overrides}
+    if mark:
+        values.update(bad_nodes_script=f"{tmp_path}/bad_nodes.py", bad_nodes_root="/nas/jobs", bad_node_hours=24)
     script = render(in_dir(tmp_path, **values))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -561,8 +686,7 @@ def run_gate(tmp_path, verdict, restart=0, mark=True, **overrides):
     record = tmp_path / "rec"
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RECORD": str(record), "HEALTH_VERDICT": verdict,
            "SLURM_JOB_ID": "5", "SLURM_JOB_NAME": "j", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[110-111]",
-           "SLURM_JOB_PARTITION": "gpu_A6000", "SLURM_RESTART_COUNT": str(restart),
-           **({"BASH_FUNC_mark_bad_node%%": '() { echo "$1 $2" >> "$RECORD.bad"; }'} if mark else {})}
+           "SLURM_JOB_PARTITION": "gpu_A6000", "SLURM_RESTART_COUNT": str(restart)}
     proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True, timeout=30)
 
     def read(suffix, default=None):
@@ -620,7 +744,7 @@ def test_a_gate_that_fails_stops_the_job_naming_its_nodes(tmp_path, verdict, cod
 
 
 def test_without_mark_bad_node_the_gate_still_requeues(tmp_path):
-    """Before the bad-nodes record exists, the job script's own no-op stands in for it."""
+    """Without a record of bad nodes (a job of the NAS job templates), the gate requeues all the same."""
     proc, read = run_gate(tmp_path, "requeue node111 node111:HEALTH", mark=False, nodelist="", health_slow_factor=2.0)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "mark_bad_node" not in proc.stderr, "no 'command not found'"

@@ -61,7 +61,7 @@ def launch_imports():
     return seen
 
 
-def test_the_listed_path_is_what_the_launch_imports_and_at_most_twelve_files():
+def test_the_listed_path_is_what_the_launch_imports_and_at_most_thirteen_files():
     listed = listed_files()
     assert len(listed) == len(set(listed)) <= MOST_FILES, listed
     for path in listed:
@@ -73,6 +73,8 @@ def test_the_listed_path_is_what_the_launch_imports_and_at_most_twelve_files():
 def test_the_listed_node_programs_are_what_the_launch_stages_beside_the_job_script(script):
     from test_slurm_launch_request_action import request, run
     staged = {one["name"] for one in run(request(script))["job_files"] if one["name"].endswith(".py")}
+    # A staged file that is also imported on the path (bad_nodes.py) is listed there, once.
+    staged -= {path.rsplit("/", 1)[-1] for path in listed_files()}
     assert sorted(listed_node_programs()) == [f"roles/slurm_launch/files/{name}" for name in sorted(staged)]
 
 

@@ -11,9 +11,11 @@ import os
 import pwd
 import random
 import re
+import time
 
 import pytest
 from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.module_utils import bad_nodes
 import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
@@ -1477,3 +1479,78 @@ def test_the_cost_waits_for_slurmdbd_to_record_the_final_jobs_last_attempt(clock
     clock.sleeps.clear()
     assert slurm_job.SlurmClient(Module()).cost_attempts(7)[1]["state"] == "RUNNING"
     assert len(asked) == slurm_job.COST_SACCT_LOOKS and sum(clock.sleeps) == pytest.approx(5.0)
+
+
+SINFO_THREE = "rec1|gpu*|idle|2|gpu:2\nrec2|gpu*|idle|2|gpu:2\nrec3|gpu*|idle|2|gpu:2\n"
+
+
+def with_bad_node(tmp_path, node="rec1", reason="NODE_FAIL", hours=24):
+    """The test's user has ``node`` among its bad nodes, marked by job 12."""
+    (tmp_path / "jobs").mkdir(mode=0o1777, exist_ok=True)
+    (tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name).mkdir(exist_ok=True)
+    bad_nodes.update(str(tmp_path / "jobs"), lambda records: bad_nodes.add(records, node, reason, 12, hours, time.time()))
+
+
+def test_a_groups_job_leaves_the_users_bad_nodes_out(slurm_cli, clock, tmp_path, job_output):
+    with_bad_node(tmp_path)
+    slurm_cli.answer(SINFO, out=SINFO_THREE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    outcome = run_module(nodes_request(tmp_path, names=["rec1", "rec2", "rec3"], group="gpu",
+                                       bad_nodes_root=str(tmp_path / "jobs")))
+    assert outcome.failed is False, outcome.result.get("msg")
+    sbatch = next(argv for argv in slurm_cli.argvs if argv[0] == "sbatch")
+    assert "--exclude=rec1" in sbatch and sbatch.index("--exclude=rec1") < len(sbatch) - 1, "an option, before the script"
+    checked = outcome.result["nodes_checked"]
+    assert checked["excluded"] == ["rec1"] and [entry["node"] for entry in checked["bad_nodes"]] == ["rec1"]
+    assert checked["notes"] == [f"left out, a bad node of yours: {checked['bad_nodes'][0]['line']}"]
+    assert checked["bad_nodes"][0]["line"].startswith("rec1: NODE_FAIL in job 12 at ")
+
+
+def test_a_groups_job_that_bad_nodes_leave_too_few_nodes_is_refused_naming_them(slurm_cli, clock, tmp_path):
+    with_bad_node(tmp_path)
+    with_bad_node(tmp_path, node="rec2", reason="GPU_CHECK")
+    slurm_cli.answer(SINFO, out=SINFO_THREE)
+    outcome = run_module(nodes_request(tmp_path, names=["rec1", "rec2", "rec3"], group="gpu",
+                                       bad_nodes_root=str(tmp_path / "jobs")))
+    msg = outcome.result["msg"]
+    assert outcome.failed is True and msg.startswith("2 nodes of group gpu are needed and 1 are usable: "), msg
+    assert "rec1: NODE_FAIL in job 12" in msg and "rec2: GPU_CHECK in job 12" in msg
+    assert "ansible-playbook jobs.yml -e forget_node=rec1 clears one" in msg
+    assert slurm_cli.argvs == [SINFO], "nothing submitted"
+
+
+def test_a_node_list_holding_a_bad_node_is_refused_naming_it_why_and_until_when(slurm_cli, clock, tmp_path):
+    with_bad_node(tmp_path, node="rec2", reason="HUNG", hours=2)
+    slurm_cli.answer(SINFO, out=SINFO_THREE)
+    outcome = run_module(nodes_request(tmp_path, bad_nodes_root=str(tmp_path / "jobs")))
+    msg = outcome.result["msg"]
+    assert outcome.failed is True and msg.startswith("The node list holds a bad node of yours: rec2: HUNG in job 12 at ")
+    record = bad_nodes.read(str(tmp_path / "jobs"))["rec2"]
+    assert f"kept out until {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(record['until']))}" in msg
+    assert "-e force=true submits to it anyway" in msg
+    assert slurm_cli.argvs == [SINFO]
+    assert not (tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp").exists(), "nothing made"
+
+
+def test_force_submits_to_a_bad_node_with_a_warning(slurm_cli, clock, tmp_path, job_output, capsys):
+    with_bad_node(tmp_path, node="rec2")
+    slurm_cli.answer(SINFO, out=SINFO_THREE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    outcome = run_module(nodes_request(tmp_path, bad_nodes_root=str(tmp_path / "jobs"), force_bad_nodes=True))
+    assert outcome.failed is False and outcome.result["submitted"] is True, outcome.result.get("msg")
+    assert "submitting to a bad node of yours, as asked (force): rec2: NODE_FAIL in job 12" in capsys.readouterr().err
+    assert not any(arg.startswith("--exclude") for argv in slurm_cli.argvs for arg in argv)
+
+
+def test_an_expired_bad_node_is_used_again(slurm_cli, clock, tmp_path, job_output):
+    (tmp_path / "jobs").mkdir(mode=0o1777)
+    (tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name).mkdir()
+    record = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "nodes.json"
+    record.write_text(json.dumps({"nodes": bad_nodes.add({}, "rec2", "HEALTH", 3, 1, time.time() - 2 * 3600)}))
+    slurm_cli.answer(SINFO, out=SINFO_THREE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    outcome = run_module(nodes_request(tmp_path, bad_nodes_root=str(tmp_path / "jobs")))
+    assert outcome.failed is False and outcome.result["nodes_checked"]["bad_nodes"] == []

@@ -46,7 +46,7 @@ def request(trainer, **given):
               "cuda_home": "/nas/cuda-11.8", "replace_ld_library_path": False, "conda_root": "/nas/conda",
               "conda_env": "train", "venv": "", "nccl_env_dir": "/nas/nccl", "rendezvous": "static", "sweep": {},
               "sweep_parallel": 0, "env_from": [], "health_gate": True, "health_slow_factor": 1.5,
-              "health_matmul_size": 0}
+              "health_matmul_size": 0, "bad_node_hours": 24}
     assert set(values) == set(keys), "the test's request has the role's keys"
     return {**values, **given}
 
@@ -87,8 +87,8 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
     assert (job["gpus_per_node"], job["cpus_per_task"], job["nproc_per_node"]) == (8, 16, 8)
     assert job["nccl_env_file"] == "/nas/nccl/nccl-gpu_A6000.sh"
     files = {one["name"]: one for one in result["job_files"]}
-    assert set(files) == {"train.sbatch", "gpu_check.py", "hang_dump.py", "health_check.py", "allreduce_check.py",
-                          "sweep.tsv"}
+    assert set(files) == {"train.sbatch", "gpu_check.py", "hang_dump.py", "bad_nodes.py", "health_check.py",
+                          "allreduce_check.py", "sweep.tsv"}
     # The job script as Ansible's template lookup renders it: only the user reads a script with env values.
     sbatch = files["train.sbatch"]
     assert sbatch["mode"] == "0600"
@@ -107,6 +107,10 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
     assert (job["hang_minutes"], job["hang_dump"]) == (30, "hang_dump.py")
     assert "HANG_SECONDS=1800" in sbatch["content"].splitlines()
     assert files["sweep.tsv"]["content"].splitlines()[0].split("\t")[-1] == "lr"
+    # The job's mark_bad_node runs the record's own rules, with the launch's jobs root and hours.
+    assert files["bad_nodes.py"]["content"] == (PROJECT_ROOT / "plugins" / "module_utils" / "bad_nodes.py").read_text()
+    assert ('python bad_nodes.py mark /nas/jobs "$node" "$reason" 24 "$SLURM_JOB_ID"'
+            in sbatch["content"])
     # The health gate: its programs beside the GPU check, its step in the job script.
     for name in ("health_check.py", "allreduce_check.py"):
         assert files[name]["content"] == (ROLE / "files" / name).read_text()
@@ -120,7 +124,7 @@ def test_the_health_gate_is_switched_off_or_tuned_by_its_parameters(script, gate
     found = run(request(script, health_gate=gate, health_slow_factor=factor, health_matmul_size=size))
     assert not found.get("failed"), found.get("msg")
     names = {one["name"] for one in found["job_files"]}
-    assert names == {"train.sbatch", "gpu_check.py", "hang_dump.py"}, "no gate, no gate programs"
+    assert names == {"train.sbatch", "gpu_check.py", "hang_dump.py", "bad_nodes.py"}, "no gate, no gate programs"
     assert found["job"]["health_check"] == ""
     content = found["job_files"][0]["content"]
     assert "health_check.py" not in content and "python gpu_check.py" in content
