@@ -125,16 +125,6 @@ options:
         description: Its mode, an octal string.
         type: str
         default: "0644"
-  placeholders:
-    description:
-      - Words in the O(files)' content that stand for paths only the NAS knows until the run is
-        taken, each replaced by its path as the file is written. V(run_dir) stands for the directory the
-        files go to (the run's, or the job's without O(resume)), V(code_dir) for RV(code_dir).
-      - A launch renders the job script on the controller before the run is picked; these let
-        one module run take the run and write the script for it. Each word is 16 characters or
-        more (the launch draws a random one), and no word may contain another.
-    type: dict
-    default: {}
   code_dir:
     description:
       - The directory of the code on the controller. Read by the action plugin, which lists, hashes

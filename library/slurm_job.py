@@ -10,9 +10,9 @@ description:
   - Submitting is idempotent. The job carries the comment C(fingerprint:<hash>), the first 16 hex
     digits of the SHA-256 of O(job_name) followed by the script's content. When a pending or
     running job of the current user with the same name and fingerprint exists, the module follows
-    it instead of submitting a copy (O(force) submits anyway). With O(stage), a run that this
-    module run took afresh (its directory made now, with O_EXCL) is in no submitted script, so no
-    copy can exist, and C(squeue) is not asked before its submission.
+    it instead of submitting a copy (O(force) submits anyway). A launch's run that this module run
+    took afresh (its directory made now, with O_EXCL) is in no submitted script, so no copy can
+    exist, and C(squeue) is not asked before its submission.
   - The job's state comes from C(scontrol show job) (with C(--local) for a job id that is not a
     federation's, which spares slurmctld a federation lookup per query); a job that slurmctld has forgotten (it ended
     more than C(MinJobAge) ago) is looked up with C(sacct) when accounting is available
@@ -130,59 +130,6 @@ options:
         of that user inside O(run_records)C(/<user>/), reached without a link, is read.
     type: int
     default: 40
-  stage:
-    description:
-      - Before submitting, make the job's directory on the NAS, stage its code, take its run and
-        write its files (the job script among them), in this module run; takes the options of the
-        project's C(job_dir) module (see C(ansible-doc job_dir)), which follows the same rules.
-      - The words of its C(placeholders) in O(script), O(chdir) and O(end_marker), as in the files,
-        stand for the run's directory and the code's, which only the NAS knows until the run is
-        taken; they are filled in before the job is submitted.
-      - Nothing is submitted while a file of its C(expect_files) is missing (RV(staged) lists it),
-        or while its code is missing and no C(code_archive) came with it (RV(staged) has
-        C(code_present) false); the project's C(slurm_job) action plugin then sends the code and
-        runs the module again.
-      - In check mode nothing is written; the job script as it would be written goes to a
-        temporary directory on the host for Slurm's prediction (C(sbatch --test-only)), which is
-        removed again.
-    type: dict
-  nodes:
-    description:
-      - Before anything is staged, check the job's nodes against Slurm in this module run, with one
-        C(sinfo). Slurm must know them; they must share a partition (the one given, else the
-        node group's, named alike, else the first they share); the inventory's counts of their
-        CPUs and GPUs must be Slurm's; enough of them must be usable. A failed check fails
-        the task with its message, and nothing is made or submitted.
-      - The partition found stands for O(stage)'s C(partition) placeholder in the job's files.
-      - RV(nodes_checked) has the partition, the unusable nodes of a group's job, and notes on
-        usable nodes that may delay it (powered down, planned, reserved, ...).
-    type: dict
-    suboptions:
-      names:
-        description: The job's nodes (expanded node names, as the launch's inventory plan lists them).
-        type: list
-        elements: str
-        required: true
-      num_nodes:
-        description: How many of them the job needs.
-        type: int
-        required: true
-      partition:
-        description: The partition asked for; empty for the node group's (or the first the nodes share).
-        type: str
-        default: ""
-      group:
-        description: The node group asked for (C(-e group=)); its job may leave unusable nodes out.
-        type: str
-        default: ""
-      node_group:
-        description: The inventory's node group of the nodes, whose partition is named alike.
-        type: str
-        default: ""
-      inventory:
-        description: Each node's C(cluster_node_cpus) and C(cluster_node_gpus) in the inventory, compared with Slurm's.
-        type: dict
-        default: {}
   end_marker:
     description:
       - A file the job writes when its batch script ends (C(%j) stands for the job id), on a
@@ -205,39 +152,11 @@ options:
       - While following, show the job's progress at least this often, in seconds, in the
         playbook's output as it happens, and at once on each change of state (PENDING with its
         reason, RUNNING on which nodes, requeued, final), with the new lines of the job's log,
-        which come as the job writes them (see O(progress_log_every)). V(0) shows nothing until
-        the task ends.
+        which come as the job writes them. V(0) shows nothing until the task ends.
       - Done by the project's C(slurm_job) action plugin (C(plugins/action/slurm_job.py)),
         which follows the job in slices; Slurm is not asked more often for it.
     type: int
     default: 30
-  progress_log_lines:
-    description:
-      - At most this many new lines of the job's log per slice of progress (and the first slice's
-        tail); older new lines of a slice are left out. Also bounded by O(log_tail_lines).
-    type: int
-    default: 20
-  progress_log_every:
-    description:
-      - With O(return_on_change), a slice also ends once the job's log has grown and at least
-        this many seconds have passed since the slice began, so that its new lines are shown
-        within moments of the job writing them. The log is read on the host the module runs on
-        (a file open every 0.5 s); Slurm is not asked for it, the next look stays as planned.
-        V(0) shows new lines only at the slice's end.
-    type: float
-    default: 2
-  return_on_change:
-    description:
-      - While following, return as soon as the job's state or restart count changes (or at
-        O(timeout)), with RV(progress). The project's C(slurm_job) action plugin follows a job
-        in such slices to show its progress live; a task rarely sets this itself.
-    type: bool
-    default: false
-  progress_from:
-    description:
-      - The RV(progress) of the previous slice, so that this one carries on from it without
-        asking Slurm again at once. Needs O(job_id) and O(return_on_change).
-    type: dict
   environment:
     description:
       - Variables for the Slurm commands, for example C(SLURM_CONF). C(LC_ALL) is always C(C), so
@@ -270,17 +189,12 @@ options:
         carries secrets.
     type: bool
     default: false
-  collect_files:
+  internal:
     description:
-      - When the job is final, return its log and script (of a job array, every task's log and
-        the C(sweep.tsv) beside them) in RV(collected_files), so that the controller writes
-        them without another transfer. Only files directly in the job's own directory, and only
-        when its log is under O(run_records)C(/<its user>/); each opened from O(run_records)
-        component by component without following a link, and only the job owner's regular files
-        (RV(collected_skipped) says why one is not returned). Up to 8 MiB in all, the smallest files
-        first; of a file that does not fit, its end (RV(collected_truncated)).
-    type: bool
-    default: false
+      - The project's C(slurm_job) action plugin's own protocol with the module (a launch's staging
+        and check of its nodes, the slices of a follow, the files of a finished job); not a task's
+        to set. Its keys are the module's C(INTERNAL_SPEC).
+    type: dict
 notes:
   - A job given by O(job_id) must be the user's own, unless the module runs as root or as a Slurm
     operator or administrator (C(sacctmgr) C(AdminLevel)); another user's job is refused before it
@@ -368,30 +282,33 @@ EXAMPLES = r"""
 RETURN = r"""
 nodes_checked:
   description:
-    - With O(nodes), what the check of the nodes against Slurm found. C(partition); C(unusable),
-      each unusable node's state; C(notes), one line per usable node that may delay the job.
-  returned: always (null without O(nodes))
+    - Of a launch, what the check of its nodes against Slurm found. C(partition); C(unusable),
+      each unusable node's state; C(bad_nodes), the user's unexpired bad nodes among the job's
+      (C(node), C(reason), C(since), C(until), C(job_id), C(line)); C(excluded), those a node
+      group's job leaves out; C(notes), one line per usable node that may delay the job or is left out.
+  returned: always (null but for a launch's submission)
   type: dict
-  sample: {"partition": "gpu_A6000", "unusable": {}, "notes": ["node111 (idle~) is powered down: it boots first"]}
+  sample: {"partition": "gpu_A6000", "unusable": {}, "bad_nodes": [], "excluded": [],
+           "notes": ["node111 (idle~) is powered down: it boots first"]}
 collected_files:
   description:
-    - With O(collect_files), when the job is final, the job's files read on the host, as
+    - When the job is final and the action plugin collects it, the job's files read on the host, as
       a mapping of each path to its content, base64.
-  returned: always (null unless the job is final and O(collect_files) is set)
+  returned: always (null unless the job is final and collected)
   type: dict
   sample: {"/starmap/nas/jobs/alice/train/runs/1/train-1234.out": "W3JhbmswXSB0cmFpbmluZyBjb21wbGV0ZQo="}
 collected_truncated:
   description:
-    - With O(collect_files), the files of RV(collected_files) that did not fit in its 8 MiB, each
+    - The files of RV(collected_files) that did not fit in its 8 MiB, each
       with its whole size in bytes; RV(collected_files) holds the file's end.
-  returned: always (null unless the job is final and O(collect_files) is set)
+  returned: always (null unless the job is final and collected)
   type: dict
   sample: {"/starmap/nas/jobs/alice/train/runs/1/train-1234.out": 67108864}
 collected_skipped:
   description:
-    - With O(collect_files), the job's files that were not read, each with why (not there, a link
+    - Of a job collected, its files that were not read, each with why (not there, a link
       on the way, not the job owner's, not a regular file).
-  returned: always (null unless the job is final and O(collect_files) is set)
+  returned: always (null unless the job is final and collected)
   type: dict
   sample: {"/starmap/nas/jobs/bob/train/runs/1/train.sbatch": "a link or not a directory on the way"}
 node_states:
@@ -528,14 +445,14 @@ changed:
   sample: true
 progress:
   description:
-    - With O(return_on_change), where this slice of following ended, for the next one; null otherwise.
+    - Of a follow in slices (the action plugin's), where this slice ended, for the next one; null otherwise.
   returned: always
   type: dict
   sample: {"state": "RUNNING", "restarts": 0, "next_poll": 8.0, "marker": null, "log_offset": 5120,
            "log_lines": ["[rank0] step=10 loss=0.42"]}
   contains:
     log_lines:
-      description: Complete lines added to the job's output since the previous slice (at most O(progress_log_lines), the newest).
+      description: Complete lines added to the job's output since the previous slice (at most the slice's line limit, the newest).
       type: list
       elements: str
     log_offset:
@@ -545,7 +462,7 @@ progress:
       description: The output those lines and the offset are of (an array's changes with the task shown).
       type: str
     log_size:
-      description: The output's size as this slice read it; the next slice ends once it differs (O(progress_log_every)).
+      description: The output's size as this slice read it; the next slice ends once it differs.
       type: int
     tasks_done:
       description: For a job array, how many of its tasks were final; null otherwise.
@@ -568,7 +485,9 @@ cost:
       elapsed time; CPU-hours when the job had no GPU, C(unit) says which); C(lost_hours) (what
       failed attempts and attempts cut by a node failure did after their last checkpoint),
       C(steps_redone) (steps trained again after each resume), C(queue_seconds) (time waiting
-      in the queue, null without accounting) and C(attempts), one line each. C(source) says
+      in the queue, null without accounting) and C(attempts), one line each (with C(hang), its
+      C(suspect_nodes), C(step) and C(stack_dumps), where the job script's hang watchdog stopped
+      it, see C(templates/train.sbatch.j2)). C(source) says
       where the figures come from, C(sacct) or the job script's own record when accounting does
       not answer. Null before the job is final, or when neither tells.
   returned: always
@@ -576,6 +495,26 @@ cost:
   sample: {source: sacct, unit: GPU, hours: 0.0133, lost_hours: 0.0067, steps_redone: 1, queue_seconds: 3,
            attempts: [{job_id: 41, restart: 0, state: REQUEUED, elapsed_seconds: 12, gpus: 2, cpus: 4,
                        queue_seconds: 0, lost_seconds: 2}]}
+health:
+  description:
+    - The health gate's record of each attempt of the final job, as the job script wrote it beside
+      the log (C(health-<job id>.jsonl)). Each has C(restart); C(seconds), what the gate cost;
+      C(nodes), each node's matmul C(seconds) and C(device), or its C(error) or C(gpu_check)
+      problems; C(allreduce) (C(backend), C(bytes), C(time_us) of the slowest node); C(named), the
+      nodes named, each with C(node), C(reason) (C(HEALTH) or C(GPU_CHECK)), C(why), and for a slow
+      one its C(seconds) against C(median_seconds), the median of the other nodes'; C(action)
+      (C(pass), C(requeue) or C(fail)), C(message), and C(summary), the gate's line of it as the
+      log and C(summary.txt) say it.
+    - Null for a job without the gate, or a job array.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{restart: 0, seconds: 9.1, slow_factor: 1.5, action: fail,
+            message: "not training on node111, the node list was given",
+            nodes: {node110: {seconds: 0.25, device: cpu}, node111: {seconds: 2.61, device: cpu}},
+            allreduce: {backend: gloo, bytes: 1048576, time_us: 3650.2, wrong: 0},
+            named: [{node: node111, reason: HEALTH, seconds: 2.61, median_seconds: 0.25, ratio: 10.44,
+                     why: "slow, matmul 2.610 s against 0.250 s, the median of the other nodes (10.44x, over 1.5x)"}]}]
 no_progress:
   description:
     - When the job script stopped the job because a failed attempt did not advance its checkpoint
@@ -671,13 +610,13 @@ test_only:
       type: str
       sample: null
 end_marker:
-  description: The end marker followed (O(end_marker), with O(stage)'s placeholders filled in); later slices of the follow take it.
+  description: The end marker followed (O(end_marker), or a launch's run's); later slices of the follow take it.
   returned: always
   type: str
   sample: /starmap/nas/jobs/alice/train/runs/2/.%j.ended
 staged:
   description:
-    - With O(stage), what staging did or found, as the C(job_dir) module returns it (C(job_dir),
+    - Of a launch, what staging did or found, as the C(job_dir) module returns it (C(job_dir),
       C(code_dir), C(code_present), C(run_id), C(run_dir), C(resumed), C(run_reason),
       C(missing_files), C(files_written), ...); null without it.
   returned: always
@@ -700,14 +639,15 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.hpc.slurm_train.plugins.module_utils import bad_nodes
 from ansible_collections.hpc.slurm_train.plugins.module_utils.cluster_rules import (
     collected_paths, job_script_name, run_of_path, visible,
 )
 from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import (
-    STAGE_SPEC, Refused, check_placeholders, fill_placeholders, open_owned_file, owner_name, release_runs_lock, stage,
+    END_MARKER_NAME, STAGE_SPEC, Refused, open_owned_file, owner_name, release_runs_lock, stage,
 )
 from ansible_collections.hpc.slurm_train.plugins.module_utils.run_cost import (
-    ATTEMPTS_FILE, COST_FIELDS, ledger, parse_attempts, parse_cost_sacct,
+    ATTEMPTS_FILE, COST_FIELDS, HEALTH_FILE, ledger, parse_attempts, parse_cost_sacct, parse_health,
 )
 from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     INVALID_JOB_ID,
@@ -743,6 +683,42 @@ from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     validate_node_name,
 )
 
+# The slurm_job action plugin's protocol with the module, under its one option `internal`: what a
+# launch and a follow in slices need that no task sets itself.
+INTERNAL_SPEC = {
+    # Before submitting, make the job's directory on the NAS, stage its code, take its run and write
+    # its files (the job script among them), in this module run, by the job_dir module's rules; the
+    # script (`script`, one of its files) is submitted from the run's directory it is written into.
+    # Nothing is submitted while an expected file is missing, or while the code is missing and no
+    # archive of it came (the action then sends it and runs the module again).
+    "stage": {"type": "dict", "options": STAGE_SPEC},
+    # Before anything is staged, the job's nodes checked against one sinfo: known, in one partition,
+    # the inventory's counts, enough usable; a script without a partition goes to theirs.
+    "nodes": {"type": "dict", "options": {
+        "names": {"type": "list", "elements": "str", "required": True},
+        "num_nodes": {"type": "int", "required": True},
+        "partition": {"type": "str", "default": ""},
+        "group": {"type": "str", "default": ""},
+        "node_group": {"type": "str", "default": ""},
+        "inventory": {"type": "dict", "default": {}},
+        # The jobs directory whose <user>/nodes.json keeps the user's bad nodes (empty: none read):
+        # a group's job leaves the unexpired ones out, a node list holding one is refused unless forced.
+        "bad_nodes_root": {"type": "path", "default": ""},
+        "force_bad_nodes": {"type": "bool", "default": False},
+    }},
+    # A follow in slices: return at the next change of state (or at timeout) with `progress`, from
+    # which the next slice carries on without asking Slurm again at once; a slice also ends once the
+    # log grew and progress_log_every seconds passed, with at most progress_log_lines new lines.
+    "return_on_change": {"type": "bool", "default": False},
+    "progress_from": {"type": "dict"},
+    "progress_log_lines": {"type": "int", "default": 20},
+    "progress_log_every": {"type": "float", "default": 2},
+    # When the job is final, return its log and script (an array's every task's log and sweep.tsv)
+    # for the controller to write: only the owner's regular files of its own directory under
+    # run_records/<user>/, reached without a link, up to COLLECT_INLINE_MAX_BYTES.
+    "collect_files": {"type": "bool", "default": False},
+}
+
 ARGUMENT_SPEC = {
     "state": {"type": "str", "choices": ["present", "query", "absent", "list"], "default": "present"},
     "script": {"type": "path"},
@@ -760,25 +736,13 @@ ARGUMENT_SPEC = {
     "log_tail_lines": {"type": "int", "default": 40},
     "environment": {"type": "dict", "default": {}},
     "end_marker": {"type": "str"},
-    "stage": {"type": "dict", "options": STAGE_SPEC},
     "controller_timeout": {"type": "int", "default": 600},
-    "return_on_change": {"type": "bool", "default": False},
     "progress_every": {"type": "int", "default": 30},
-    "progress_log_lines": {"type": "int", "default": 20},
-    "progress_log_every": {"type": "float", "default": 2},
-    "progress_from": {"type": "dict"},
     "private_output": {"type": "bool", "default": False},
     "secret_env": {"type": "list", "elements": "str", "default": []},
     "run_records": {"type": "path"},
-    "collect_files": {"type": "bool", "default": False},
-    "nodes": {"type": "dict", "options": {
-        "names": {"type": "list", "elements": "str", "required": True},
-        "num_nodes": {"type": "int", "required": True},
-        "partition": {"type": "str", "default": ""},
-        "group": {"type": "str", "default": ""},
-        "node_group": {"type": "str", "default": ""},
-        "inventory": {"type": "dict", "default": {}},
-    }},
+    # apply_defaults: the protocol's defaults without it too (a default dict would be filled in place).
+    "internal": {"type": "dict", "options": INTERNAL_SPEC, "apply_defaults": True},
 }
 
 CLUSTERS_RULE = ("the module follows jobs of the local cluster only (its queries have no -M); submit from a host "
@@ -1031,8 +995,10 @@ class SlurmClient:
     def run_once(self, argv, cwd=None):
         self.queries += 1
         started = time.monotonic()
-        rc, out, err = self.module.run_command(argv, cwd=cwd, environ_update=self.environ,
-                                               expand_user_and_vars=False)
+        # PWD as a shell in cwd has it: sbatch hands it to the job, whose shell then names its
+        # working directory as it was given, not with links resolved (a name the nodes may not know).
+        environ = {**self.environ, "PWD": cwd} if cwd else self.environ
+        rc, out, err = self.module.run_command(argv, cwd=cwd, environ_update=environ, expand_user_and_vars=False)
         # How long Slurm did not answer: from the first failed try to the next answer.
         if is_transient_error(rc, err):
             self.unanswered_since = self.unanswered_since or started
@@ -1247,12 +1213,13 @@ def _file_stamp(path):
 class EndMarker:
     """The file a job writes as its batch script ends, watched so as to answer without polling Slurm."""
 
-    def __init__(self, pattern, job_id, seen=None, quick_polls_left=0):
+    def __init__(self, pattern, job_id, seen=None, quick_polls_left=0, carried=False):
         self.path = pattern.replace("%j", str(job_id)) if pattern else None
         # An earlier run of a requeued job may have left one; an earlier slice of this follow
-        # says what it saw, and how many quick polls are left of the marker's last change (the
-        # job turning COMPLETING ends a slice between the marker and the job's end).
-        self.seen = tuple(seen) if seen else self._stamp()
+        # (``carried``) says what it saw, none included: a marker written between two slices is
+        # the job's end, not an earlier run's. And how many quick polls are left of the marker's
+        # last change (the job turning COMPLETING ends a slice between the marker and the job's end).
+        self.seen = tuple(seen) if seen else (None if carried else self._stamp())
         self.quick_polls_left = quick_polls_left
 
     def _stamp(self):
@@ -1298,7 +1265,7 @@ class SlurmJobRunner:
             changed=False, submitted=False, found_existing=False, timed_out=False, test_only=None,
             job_id=self.params["job_id"], outcome=None, final=None, state_description=None,
             nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
-            no_progress=None, cost=None,
+            no_progress=None, cost=None, health=None,
             staged=None, end_marker=self.params["end_marker"], collected_files=None, collected_truncated=None,
             collected_skipped=None, node_states=None, nodes_checked=None,
         )
@@ -1306,6 +1273,11 @@ class SlurmJobRunner:
         # found of its own; for one given by id what find() learns from squeue or accounting, never
         # the record's UserId, which a job name such as "x UserId=alice(2001)" could fake.
         self.owner = None
+        # The partition a job script that names none goes to: the one its nodes share (check_nodes).
+        self.partition_option = []
+        # A staged job's working directory, its run's, by the name the site gives it: sbatch's own
+        # (SLURM_SUBMIT_DIR, Slurm's WorkDir and so the log's path) is its cwd with links resolved.
+        self.chdir_option = []
         if self.params["job_id"] is None:
             self.owner = {"uid": os.geteuid(), "user": self.slurm.user, "name": None}
         elif (self.params["progress_from"] or {}).get("owner"):
@@ -1316,6 +1288,7 @@ class SlurmJobRunner:
             self.collect()
             self.result["no_progress"] = self.script_stopped()
             self.result["cost"] = self.cost()
+            self.result["health"] = self.health()
         self.result["queries"] = self.slurm.queries
         record_error = self.record_run_end()
         if record_error:
@@ -1397,6 +1370,19 @@ class SlurmJobRunner:
         if accounted is None and not records:
             return None
         return ledger(records, accounted)
+
+    def health(self):
+        """The health gate's record of each attempt (HEALTH_FILE beside the log: the job script's);
+        None for a job without the gate, or a job array (each task has its own)."""
+        log = self.result.get("stdout_path")
+        if not log or self.result.get("job_id") is None or self.result.get("tasks"):
+            return None
+        try:
+            fd = self.opener()(os.path.join(os.path.dirname(log), HEALTH_FILE.format(job_id=self.result["job_id"])))
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            return parse_health(handle.read(LOG_READ_BLOCK).decode("utf-8", "replace")) or None
 
     def script_stopped(self):
         """The job script's NO_PROGRESS record of this job (run.json beside its log), or None: a
@@ -1483,7 +1469,7 @@ class SlurmJobRunner:
         schedule = PollSchedule(self.params["poll_min"], self.params["poll_max"])
         progress = self.params["progress_from"]
         marker = EndMarker(self.params["end_marker"], job_id, seen=(progress or {}).get("marker"),
-                           quick_polls_left=(progress or {}).get("marker_quick_polls", 0))
+                           quick_polls_left=(progress or {}).get("marker_quick_polls", 0), carried=bool(progress))
         if progress:
             # A slice after the first: carry on from the last look, and from the job it saw.
             schedule.resume(progress["next_poll"], (progress["state"], progress["restarts"], progress.get("tasks_done")))
@@ -1666,8 +1652,8 @@ class SlurmJobRunner:
             self.fail_unless_succeeded(self.watch(self.result["job_id"]))
 
     def check_nodes(self):
-        """O(nodes) against one sinfo, before anything is made; the values found for the
-        placeholders (the partition)."""
+        """The job's nodes (internal `nodes`) against one sinfo, before anything is made; what was
+        found (the partition the nodes share, which a job script that names none is submitted to)."""
         request = self.params["nodes"]
         try:
             for name in request["names"]:
@@ -1682,16 +1668,64 @@ class SlurmJobRunner:
         if checked["problem"]:
             self.finish(checked["problem"])
         self.result["nodes_checked"] = {key: checked[key] for key in ("partition", "unusable", "notes")}
+        if not request["partition"]:
+            self.partition_option = [f"--partition={checked['partition']}"]
+        self.result["nodes_checked"].update(self.check_bad_nodes(request, checked["unusable"]))
         return {"partition": checked["partition"]}
 
+    def check_bad_nodes(self, request, unusable):
+        """The user's unexpired bad nodes among the job's: a node group's job leaves them out
+        (sbatch --exclude, when enough usable nodes remain); a node list holding one is refused,
+        or with force_bad_nodes warned about."""
+        found = {"bad_nodes": [], "excluded": []}
+        if not request["bad_nodes_root"]:
+            return found
+        try:
+            records = bad_nodes.unexpired(bad_nodes.read(request["bad_nodes_root"]))
+        except (bad_nodes.Refused, OSError) as error:
+            self.finish(f"your bad nodes: {error}")
+        kept = bad_nodes.listed({node: record for node, record in records.items() if node in request["names"]})
+        found["bad_nodes"] = kept
+        if not kept:
+            return found
+        lines = "; ".join(entry["line"] for entry in kept)
+        forget = f"ansible-playbook jobs.yml -e forget_node={kept[0]['node']} clears one"
+        if not request["group"]:
+            if not request["force_bad_nodes"]:
+                self.finish(f"The node list holds a bad node of yours: {lines}. Pick other nodes, or launch by node "
+                            "group (-e group=<group> -e num_nodes=N), which leaves bad nodes out; "
+                            f"{forget}, or -e force=true submits to it anyway.")
+            self.module.warn(f"submitting to a bad node of yours, as asked (force): {lines}")
+            return found
+        usable = [name for name in request["names"] if name not in unusable and name not in records]
+        num_nodes = int(request["num_nodes"])
+        if len(usable) < num_nodes:
+            self.finish(f"{num_nodes} nodes of group {request['group']} are needed and {len(usable)} are usable: "
+                        f"{len(unusable)} unusable in Slurm, and bad nodes of yours left out: {lines}. "
+                        f"Ask for fewer nodes, or wait until one expires; {forget}.")
+        found["excluded"] = [entry["node"] for entry in kept]
+        self.params["sbatch_args"] = [*self.params["sbatch_args"], "--exclude=" + ",".join(found["excluded"])]
+        self.result["nodes_checked"]["notes"] = [
+            *self.result["nodes_checked"]["notes"], *(f"left out, a bad node of yours: {entry['line']}" for entry in kept)]
+        return found
+
     def stage(self, scratch, known):
-        """Stage the job (the job_dir module's rules) and fill the placeholders of O(script), O(chdir)
-        and O(end_marker) in; in check mode, the script as it would be written goes to ``scratch``
-        for Slurm's prediction. False when there is nothing to submit yet."""
+        """Stage the job (the job_dir module's rules): O(script) names one of its files, written
+        into the run's directory, where sbatch runs it and the job leaves its end mark; in check
+        mode, the script as it would be written goes to ``scratch`` for Slurm's prediction. False
+        when there is nothing to submit yet."""
         params, check_mode = self.params, self.module.check_mode
+        name = params["script"]
+        content = next((spec["content"] for spec in params["stage"]["files"] if spec["name"] == name), None)
+        if content is None:
+            self.finish(f"script {name} is not one of stage's files (with stage, the script is the name of the "
+                        "file it writes into the run's directory)")
+        if not params["stage"]["resume"]:
+            # The job script names the staged code from the run's directory (job_dirs.code_dir_from_run).
+            self.finish("stage: resume is empty: give auto, never or a run id (a staged job runs in a run of its "
+                        "job name)")
         try:
             staged = stage(params["stage"], check_mode, known)
-            words = check_placeholders(params["stage"]["placeholders"])
         except Refused as error:
             self.finish(str(error))
         except OSError as error:
@@ -1700,20 +1734,17 @@ class SlurmJobRunner:
         code_missing = params["stage"]["code_hash"] and not (staged["code_present"] or staged["code_copied"])
         if staged["missing_files"] or (code_missing and not check_mode):
             return False
-        for key in ("script", "chdir", "end_marker"):
-            if params[key]:
-                params[key] = fill_placeholders(params[key], words, staged)
+        params["chdir"] = staged["run_dir"]
+        params["script"] = os.path.join(staged["run_dir"], name)
+        params["end_marker"] = os.path.join(staged["run_dir"], END_MARKER_NAME)
         self.result["end_marker"] = params["end_marker"]
         if check_mode:
-            name = os.path.basename(params["script"])
-            content = next((spec["content"] for spec in params["stage"]["files"] if spec["name"] == name), None)
-            if content is None:
-                self.finish(f"script {params['script']} is not one of stage's files, which check mode predicts from")
             params["script"], params["chdir"] = os.path.join(scratch, name), scratch
             with open(params["script"], "w", encoding="utf-8") as handle:
-                handle.write(fill_placeholders(content, words, staged))
-        elif params["chdir"] is not None and not os.path.isdir(params["chdir"]):
+                handle.write(content)
+        elif not os.path.isdir(params["chdir"]):
             self.finish(f"chdir {params['chdir']} is not a directory")
+        self.chdir_option = [f"--chdir={params['chdir']}"]
         return True
 
     def submit_or_find(self):
@@ -1729,7 +1760,8 @@ class SlurmJobRunner:
         if copy is not None:
             self.result.update(job_id=copy["job_id"], found_existing=True)
             return
-        options = [f"--job-name={params['job_name']}", f"--comment={comment}", *params["sbatch_args"], params["script"]]
+        options = [f"--job-name={params['job_name']}", f"--comment={comment}", *self.partition_option,
+                   *self.chdir_option, *params["sbatch_args"], params["script"]]
         if self.module.check_mode:
             self.result["test_only"] = self.slurm.test_only(["sbatch", "--test-only", *options], params["chdir"])
             self.result["changed"] = True
@@ -1823,7 +1855,7 @@ def validate(module):
     for name in CLUSTERS_VARIABLES:
         if name in params["environment"]:
             return f"environment must not set {name}={params['environment'][name]!r}: {CLUSTERS_RULE}"
-    # With stage, chdir is the run's directory, made (and its placeholder filled in) by staging.
+    # With stage, chdir is the run's directory, which staging makes.
     if params["chdir"] is not None and params["stage"] is None and not os.path.isdir(params["chdir"]):
         return f"chdir {params['chdir']} is not a directory"
     return reserved_option_problem(params["sbatch_args"])
@@ -1841,6 +1873,8 @@ def main():
         required_together=[("script", "job_name")],
         mutually_exclusive=[("job_id", "script")],
     )
+    # The protocol's values are read as the module's own.
+    module.params.update(module.params["internal"])
     problem = validate(module)
     if problem:
         module.fail_json(msg=problem, changed=False)

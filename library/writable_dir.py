@@ -57,7 +57,7 @@ checked:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.hpc.slurm_train.plugins.module_utils.writable import existing_directory, problem_with
+from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import existing_directory, problem_with
 
 
 def main():

@@ -14,6 +14,7 @@ LaunchError with the failed task's message; a job that ran and failed raises Job
 carries its JobResult (launch only: jobs.yml does not fail for a job that failed).
 """
 
-from .api import JobFailed, JobResult, LaunchError, cancel, jobs, launch, logs, preflight
+from .api import JobFailed, JobResult, LaunchError, bad_nodes, cancel, forget_node, jobs, launch, logs, preflight
 
-__all__ = ["JobFailed", "JobResult", "LaunchError", "cancel", "jobs", "launch", "logs", "preflight"]
+__all__ = ["JobFailed", "JobResult", "LaunchError", "bad_nodes", "cancel", "forget_node", "jobs", "launch", "logs",
+           "preflight"]

@@ -1,9 +1,8 @@
 """The playbook's own request rules, imported from the collection's plugins, for a check before anything runs.
 
-Nothing here restates a rule: the unknown-key check is the slurm_launch_extra_vars action
-plugin's (its known keys the launch's parameter table, plugin_utils/launch_params.py), the value rules are the ``job_value_problems`` filter (train_job.py, over
-module_utils) and the ``sweep_problems`` filter (sweep.py), and a script path and its arguments
-are made what the launch makes of them by the ``script_path`` and ``shell_words`` filters.
+Nothing here restates a rule: the unknown-key check, the value rules, the sweep's and what a
+script path and its arguments are made are the launch request's (plugin_utils/launch_request.py,
+its known keys the launch's parameter table, plugin_utils/launch_params.py).
 """
 
 from __future__ import annotations
@@ -14,12 +13,11 @@ import yaml
 from ansible.errors import AnsibleError
 
 from ._collection import ROOT
-from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as extra_vars
-from ansible_collections.hpc.slurm_train.plugins.filter import runs, train_job
+from ansible_collections.hpc.slurm_train.plugins.filter import runs
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils.script_path import script_path
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils.shell_words import shell_words
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils.sweep import sweep_problems
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request as request_rules
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.launch_request import (
+    script_path, shell_words, sweep_problems)
 
 CLUSTER_DEFAULTS_FILE = ROOT / "roles" / "cluster" / "defaults" / "main.yml"
 # The long names start with this; the request's keys (vars/main.yml's _slurm_launch_request) are the rest.
@@ -42,7 +40,7 @@ def prefixed_variables(inventory):
     """The variables with a known prefix that a launch's task sees set (only suggested by the
     unknown-key message): the submit host's inventory variables, Ansible's magic ones and the
     cluster role's defaults. Empty where the inventory cannot be read (the playbook says why)."""
-    prefixes = extra_vars.DEFAULT_PREFIXES
+    prefixes = request_rules.DEFAULT_PREFIXES
     names = set(yaml.safe_load(CLUSTER_DEFAULTS_FILE.read_text(encoding="utf-8")) or {})
     try:
         from ansible.inventory.manager import InventoryManager
@@ -62,11 +60,11 @@ def prefixed_variables(inventory):
 def check_keys(given, inventory):
     """ValueError with the playbook's message when ``given`` has a key a launch does not read."""
     aliases, options = known_keys()
-    unknown = extra_vars.unknown_keys(sorted(given), aliases, options)
+    unknown = request_rules.unknown_keys(sorted(given), aliases, options)
     if unknown:
         prefixed = [name for name in prefixed_variables(inventory) if name not in given]
-        raise ValueError(extra_vars.unknown_keys_message(unknown, aliases, options, extra_vars.DEFAULT_PREFIXES,
-                                                         prefixed))
+        raise ValueError(request_rules.unknown_keys_message(unknown, aliases, options, request_rules.DEFAULT_PREFIXES,
+                                                            prefixed))
 
 
 def _given_value(extravars, key, aliases):
@@ -113,7 +111,7 @@ def check_values(extravars):
     partition = _given_value_or(extravars, "partition", aliases, "")
     if partition:
         values["partition"] = partition
-    problems = train_job.value_problems(values) + sweep_problems(
+    problems = request_rules.value_problems(values) + sweep_problems(
         _given_value_or(extravars, "sweep", aliases, {}), _given_value_or(extravars, "sweep_parallel", aliases, 0),
         values.get("script_args", []))
     if problems:

@@ -177,6 +177,24 @@ def _jobs_job_result(key, job_id, extravars, user, inventory, on_line=None):
     return result
 
 
+@dataclass(frozen=True)
+class Listing:
+    """What ``ansible-playbook jobs.yml`` lists: ``jobs`` as jobs() returns them, and ``bad_nodes``
+    as bad_nodes() does."""
+
+    jobs: list
+    bad_nodes: list
+
+
+def listing(all=False, *, inventory=None, user=None, **extravars):  # jobs.yml's own -e all
+    """The user's jobs and bad nodes, from one run of jobs.yml: a Listing (see jobs() and bad_nodes())."""
+    run = _jobs_playbook({"all": bool(all), **extravars}, user, inventory)
+    if run.status != "successful":
+        raise LaunchError(run.failure)
+    found = run.last("hpc.slurm_train.bad_nodes", lambda res: "bad_nodes" in res) or {}
+    return Listing(jobs=_jobs_rows(run, all), bad_nodes=list(found.get("bad_nodes") or []))
+
+
 def jobs(all=False, *, inventory=None, user=None, **extravars):  # jobs.yml's own -e all
     """The user's jobs, newest first: ``ansible-playbook jobs.yml`` (``all=True``: -e all=true).
 
@@ -187,9 +205,30 @@ def jobs(all=False, *, inventory=None, user=None, **extravars):  # jobs.yml's ow
     the outputs folder to read), their keys checked as launch checks them. LaunchError with the
     playbook's message when it fails.
     """
-    run = _jobs_playbook({"all": bool(all), **extravars}, user, inventory)
+    return listing(all, inventory=inventory, user=user, **extravars).jobs
+
+
+def bad_nodes(*, inventory=None, user=None, **extravars):
+    """The nodes kept out of the user's jobs (``<jobs>/<user>/nodes.json``, which jobs.yml lists),
+    oldest mark first: each a dict of ``node``, ``reason`` (NODE_FAIL, GPU_CHECK, HUNG or HEALTH),
+    ``since`` and ``until`` (seconds since the epoch), ``job_id`` and ``line`` (the same for people).
+    LaunchError with the playbook's message when it fails."""
+    return listing(inventory=inventory, user=user, **extravars).bad_nodes
+
+
+def forget_node(node, *, inventory=None, user=None, **extravars):
+    """Take ``node`` off the user's bad nodes: ``ansible-playbook jobs.yml -e forget_node=NODE``.
+    Returns the line of what was forgotten, or None when the node was not one of them. LaunchError
+    with the playbook's message for what is no node name, or when the playbook fails."""
+    run = _jobs_playbook({"forget_node": node, **extravars}, user, inventory)
     if run.status != "successful":
         raise LaunchError(run.failure)
+    forgot = run.last("hpc.slurm_train.bad_nodes", lambda res: res.get("forgotten"))
+    return forgot["forgotten"] if forgot else None
+
+
+def _jobs_rows(run, all):
+    """The jobs table's rows of a jobs.yml run."""
     mine = run.last("hpc.slurm_train.slurm_job", lambda res: "jobs" in res)
     if mine is None:
         raise LaunchError("jobs.yml listed no jobs (no slurm_job list result)")

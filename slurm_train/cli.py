@@ -2,6 +2,7 @@
 
     slurm-train launch train.py --nodes node[110-111] -- --lr 0.1
     slurm-train jobs [--all]
+    slurm-train forget-node NODE
     slurm-train logs JOB_ID
     slurm-train cancel JOB_ID
     slurm-train preflight --nodes node110,node111
@@ -24,7 +25,7 @@ from . import _rules, api
 from ._playbook import default_inventory
 
 # The -e names that are jobs.yml's verbs or given otherwise here, not launch options.
-_NOT_OPTIONS = {"script", "script_args", "all", "cancel", "logs", "preflight"}
+_NOT_OPTIONS = {"script", "script_args", "all", "cancel", "logs", "preflight", "forget_node"}
 # Where a job runs: preflight's options too.
 _WHERE = ("nodes", "group", "num_nodes", "partition")
 
@@ -96,8 +97,13 @@ def build_parser():
     _add_options(launch, options)
 
     jobs = commands.add_parser("jobs", parents=[common], help="your jobs: pending, running and finished",
-                               description="Your jobs, newest first (jobs.yml).")
+                               description="Your jobs, newest first, then the nodes kept out of them (jobs.yml).")
     jobs.add_argument("--all", action="store_true", help=f"every job (default: the newest {_rules.runs.JOBS_SHOWN})")
+
+    forget = commands.add_parser("forget-node", parents=[common], help="take a node off your bad nodes",
+                                 description="Take a node off the nodes kept out of your jobs (jobs.yml "
+                                             "-e forget_node=NODE); slurm-train jobs lists them.")
+    forget.add_argument("node", help="the node's name")
 
     logs = commands.add_parser("logs", parents=[common], help="follow a job's log until it ends",
                                description="Follow a job's log until the job ends (jobs.yml -e logs=N).")
@@ -150,7 +156,15 @@ def _run(args, script_args):
         result = api.launch(args.script, **where, on_progress=_show, **given)
         print(result.summary or f"job {result.job_id} ({result.name}): {result.state}")
     elif args.command == "jobs":
-        _print_table(api.jobs(args.all, **where))
+        found = api.listing(args.all, **where)
+        _print_table(found.jobs)
+        if found.bad_nodes:
+            print("\nbad nodes, kept out of your jobs (slurm-train forget-node NODE clears one):")
+            for entry in found.bad_nodes:
+                print(f"  {entry['line']}")
+    elif args.command == "forget-node":
+        forgotten = api.forget_node(args.node, **where)
+        print(f"forgot {forgotten}" if forgotten else f"{args.node} is not one of your bad nodes: nothing to forget")
     elif args.command == "logs":
         result = api.logs(args.job_id, on_line=_show, **where)
         print(f"job {result.job_id} ({result.name}): {result.state}", file=sys.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.hpc.slurm_train.plugins.action import target_python as _target_python
+from ansible_collections.hpc.slurm_train.plugins.module_utils.cluster_rules import explain_module_failure
 
 
 class ActionModule(ActionBase):
@@ -22,4 +22,4 @@ class ActionModule(ActionBase):
                                            task_vars=task_vars))
         # As Ansible's own action for plain modules does: a temporary directory made for it goes.
         self._remove_tmp_path(self._connection._shell.tmpdir)
-        return _target_python.explain_module_failure(self, result, task_vars)
+        return explain_module_failure(self, result, task_vars)

@@ -7,11 +7,19 @@ and prints between runs what changed: the state (with Slurm's reason, the nodes,
 count) and the newest lines of the job's log. Each slice carries on the poll schedule of the
 previous one (``progress_from``), so Slurm is asked no more often than by one long run.
 
+The module's documented options are what a user of it calls. The project's roles give this
+action more: ``stage`` and ``nodes`` (a launch), ``collect`` and ``progress_log_lines``; those
+the module takes, and the slices' own, reach it under its one ``internal`` option
+(INTERNAL_SPEC), which no task sets itself.
+
 With ``stage`` (the job_dir module's options: the job's directory, code and files), the code is
-listed and hashed here, as the job_dir action plugin does it (CodeToStage): small code goes with
-the module's first run, which stages and submits; larger code is sent as a file only when that
-run finds it missing, and the module runs again with it. ``stage.expect_files_message`` is the
-task's message when a file of ``stage.expect_files`` is missing (nothing is staged then).
+listed and hashed here (CodeToStage: in a git work tree, tracked and untracked-but-not-ignored
+files; elsewhere every regular file; at most ``max_mb``), and the module on the submit host is
+asked whether ``<job dir>/code/<hash>/`` is there. Small code (INLINE_MAX_BYTES) goes with the
+module's first run, which stages and submits; larger code is packed into one archive and sent
+as a file only when that run finds it missing, and the module runs again with it: unchanged code
+is never copied twice. ``stage.expect_files_message`` is the task's message when a file of
+``stage.expect_files`` is missing (nothing is staged then).
 
 With ``collect`` (job_outputs.COLLECT_SPEC: the outputs folder, the jobs' root, the sweep's
 points), a job that is final when the task ends has its outputs written on the controller here,
@@ -22,6 +30,14 @@ job that is not final yet (wait=false), and in check mode, one line says what wa
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import io
+import os
+import stat
+import subprocess
+import tarfile
+import tempfile
 import time
 
 from ansible.errors import AnsibleActionFail
@@ -31,12 +47,183 @@ from ansible.utils.display import Display
 
 display = Display()
 
-# The code staging of the job_dir action plugin beside this one (its CodeToStage), one rule for both.
-from ansible_collections.hpc.slurm_train.plugins.action import job_dir as _job_dir_action  # noqa: E402
-# The rule of which Python ansible-core runs modules on (the target_python action).
-from ansible_collections.hpc.slurm_train.plugins.action import target_python as _target_python  # noqa: E402
+# The rule of which Python ansible-core runs modules on (the target_python action's).
+from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules  # noqa: E402
 # The outputs of a finished job, written on the controller.
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import job_outputs as _job_outputs  # noqa: E402
+# The options of the module that are this action's protocol with it, not a task's.
+from ansible_collections.hpc.slurm_train.plugins.modules.slurm_job import INTERNAL_SPEC  # noqa: E402
+
+# Never part of the code a job runs, and often large.
+SKIPPED_DIRS = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", "outputs"}
+HASH_DIGITS = 20
+# Code up to this size (its archive) goes with the module's first run, base64 in its arguments:
+# no transfer and no second run when it is missing (a new job name, changed code). Larger code is
+# sent as a file, and only when the module finds it missing.
+INLINE_MAX_BYTES = 256 * 1024
+MODULE_ARGS = ("jobs_root", "job_name", "mode", "probe", "resume", "request", "force", "expect_files",
+               "min_free_mb", "files")
+
+
+def git(code_dir, *argv):
+    proc = subprocess.run(["git", "-C", code_dir, *argv], capture_output=True, check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def list_code(code_dir):
+    """(relative paths of the regular files to stage, git facts), sorted so the hash is stable."""
+    facts = {"git_commit": "", "git_dirty": False, "source": "directory"}
+    listed = git(code_dir, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", ".")
+    if listed is not None:
+        facts["source"] = "git"
+        facts["git_commit"] = (git(code_dir, "rev-parse", "HEAD") or b"").decode().strip()
+        facts["git_dirty"] = bool(git(code_dir, "status", "--porcelain", "--", "."))
+        names = [name.decode() for name in listed.split(b"\0") if name]
+        names = [name for name in names if not set(name.split("/")) & SKIPPED_DIRS]
+    else:
+        names = []
+        for top, dirs, files in os.walk(code_dir):
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)  # not walked at all: often large
+            names += [os.path.relpath(os.path.join(top, f), code_dir) for f in files if f not in SKIPPED_DIRS]
+    files, skipped = [], []
+    for name in sorted(set(names)):
+        info = os.lstat(os.path.join(code_dir, name)) if os.path.lexists(os.path.join(code_dir, name)) else None
+        if info is None:
+            continue  # tracked, deleted in the work tree
+        if stat.S_ISREG(info.st_mode):
+            files.append((name, info))
+        else:
+            skipped.append(name)  # a link may point outside the code; it is not followed
+    return files, skipped, facts
+
+
+def named_files(paths):
+    """Files named one by one (the preflight's programs), staged side by side under their names."""
+    files, sources = [], {}
+    for path in paths:
+        name = os.path.basename(path)
+        info = os.stat(path)
+        if name in sources or not stat.S_ISREG(info.st_mode):
+            raise AnsibleActionFail(f"code_files: {path} is not a regular file of its own name")
+        files.append((name, info))
+        sources[name] = path
+    return sorted(files), sources
+
+
+def content_hash(files, source):
+    digest = hashlib.sha256()
+    for name, info in files:
+        with open(source(name), "rb") as handle:
+            file_digest = hashlib.file_digest(handle, "sha256").hexdigest()
+        executable = "x" if info.st_mode & stat.S_IXUSR else "-"
+        digest.update(f"{name}\0{executable}\0{file_digest}\n".encode())
+    return digest.hexdigest()[:HASH_DIGITS]
+
+
+def pack(files, source, archive):
+    """A gzipped tar of the files into ``archive``, a path or a binary file object."""
+    opened = (tarfile.open(archive, "w:gz", compresslevel=1) if isinstance(archive, str)
+              else tarfile.open(fileobj=archive, mode="w:gz", compresslevel=1))
+    with opened as tar:
+        for name, info in files:
+            member = tarfile.TarInfo(name)
+            member.size = info.st_size
+            member.mode = 0o755 if info.st_mode & stat.S_IXUSR else 0o644
+            member.mtime = int(info.st_mtime)
+            with open(source(name), "rb") as handle:
+                tar.addfile(member, handle)
+
+
+class CodeToStage:
+    """The code a job runs, as the controller has it: listed (``code_dir``, or ``code_files`` one
+    by one), held to ``max_mb``, hashed. ``args`` are the job_dir module's options, which the
+    launch's `stage` takes too; the preflight's job_dir action stages its programs with it."""
+
+    def __init__(self, args):
+        script = os.path.realpath(str(args.get("script", "")))
+        max_mb = int(args.get("max_mb", 100))
+        if args.get("code_files"):
+            files, sources = named_files([str(path) for path in args["code_files"]])
+            code_dir, skipped, facts = os.path.dirname(script), [], {"git_commit": "", "git_dirty": False,
+                                                                      "source": "files"}
+            self.source = sources.__getitem__
+            relative_script = os.path.basename(script)
+        else:
+            code_dir = os.path.realpath(str(args.get("code_dir", "")))
+            if not os.path.isdir(code_dir):
+                raise AnsibleActionFail(f"code_dir {code_dir} is not a directory on the controller")
+            if os.path.commonpath([code_dir, script]) != code_dir:
+                raise AnsibleActionFail(f"the script {script} is not inside code_dir {code_dir}: set -e code_dir= "
+                                        "to a directory that holds it")
+            files, skipped, facts = list_code(code_dir)
+            self.source = lambda name: os.path.join(code_dir, name)  # noqa: E731
+            relative_script = os.path.relpath(script, code_dir)
+        if relative_script not in {name for name, _ in files}:
+            raise AnsibleActionFail(f"the script {script} is not among the files staged from {code_dir} "
+                                    "(ignored by git, a link, or in a skipped directory such as .venv)")
+        total = sum(info.st_size for _, info in files)
+        if total > max_mb * 1024 * 1024:
+            biggest = sorted(files, key=lambda item: -item[1].st_size)[:3]
+            raise AnsibleActionFail(
+                f"the code to stage from {code_dir} is {total / 1048576:.1f} MB in {len(files)} files, over "
+                f"slurm_launch_code_max_mb={max_mb} (largest: "
+                + ", ".join(f"{name} {info.st_size / 1048576:.1f} MB" for name, info in biggest)
+                + "); point -e code_dir= at the training code only, add data to .gitignore, or raise the limit")
+        self.files, self.relative_script = files, relative_script
+        self.digest = content_hash(files, self.source)
+        self.summary = {"hash": self.digest, "files": len(files), "bytes": total, "skipped": skipped,
+                        "source_dir": code_dir, **facts}
+
+    def inline(self, dry):
+        """The archive as base64 text for the module's first run, or None: dry runs extract nothing,
+        and code over INLINE_MAX_BYTES goes as a file when it is missing."""
+        if dry or sum(info.st_size for _, info in self.files) > 4 * INLINE_MAX_BYTES:
+            return None  # not even packed: it would not compress to the limit
+        buffer = io.BytesIO()
+        pack(self.files, self.source, buffer)
+        data = buffer.getvalue()
+        return base64.b64encode(data).decode("ascii") if len(data) <= INLINE_MAX_BYTES else None
+
+    def stage(self, action, run, dry, staged_of):
+        """The module's answer once the code is where the job runs it: ``run(extra)`` runs the module
+        with ``extra`` added to its staging options, first with the code inline (when small), then,
+        only if ``staged_of(answer)`` (what staging did, None when the run failed before) says the
+        code is missing, again with the code sent as a file. The code's summary goes into what
+        staging did."""
+        answer = run({"code_archive_inline": self.inline(dry)})
+        first = staged_of(answer)
+        if first is not None and not (first.get("code_present") or first.get("code_copied") or dry
+                                      or first.get("missing_files")):
+            answer = self.send(action, lambda archive: run({"code_archive": archive}))
+            staged = staged_of(answer)
+            if staged is not None:
+                staged["made"] = first["made"] + staged["made"]
+                answer["changed"] = True
+        staged = staged_of(answer)
+        if staged is not None:
+            staged.update(self.result(staged))
+        return answer
+
+    def send(self, action, run_with_archive):
+        """Pack the code, put the archive on the host, and return run_with_archive(its path): the
+        module's run that extracts it."""
+        with tempfile.TemporaryDirectory(prefix="job-code-") as scratch:
+            archive = os.path.join(scratch, "code.tar.gz")
+            pack(self.files, self.source, archive)
+            tmp = action._make_tmp_path()
+            try:
+                remote = action._connection._shell.join_path(tmp, "code.tar.gz")
+                action._transfer_file(archive, remote)
+                action._fixup_perms2((tmp, remote))
+                return run_with_archive(remote)
+            finally:
+                action._remove_tmp_path(tmp)
+
+    def result(self, staged):
+        """What a task reports of the code: its summary, whether it was copied, and the script's path."""
+        return {"code": {**self.summary, "copied": bool(staged.get("code_copied"))},
+                "script": os.path.join(staged["code_dir"], self.relative_script) if staged.get("code_dir") else ""}
+
 
 # Arguments that only the submission needs; later slices follow the job by its id.
 SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage", "nodes")
@@ -44,7 +231,7 @@ SUBMIT_ONLY = ("script", "job_name", "chdir", "sbatch_args", "force", "stage", "
 # What a failed task's result keeps: the message (and Ansible's own words of a module that did not
 # answer), what became of the job, where its outputs went (collected's dest and written, which
 # slurm_train's API reads). The callback prints a failed result whole, and the rest is this
-# action's protocol with the module (the run's placeholders, the poll state, the staging's
+# action's protocol with the module (the run's end marker, the poll state, the staging's
 # details): a person would read it in place of the sentence. -v keeps it all, for whoever debugs
 # the launch.
 FAILURE_KEYS = ("failed", "changed", "msg", "exception", "warnings", "deprecations", "module_stdout", "module_stderr",
@@ -63,7 +250,7 @@ def failure_result(result):
 def describe(result):
     """One line for a person: the job, its state, and what goes with that state."""
     state = result.get("state") or "unknown to Slurm"
-    visible = _job_outputs._rules.visible  # the name and reason are the job's user's text
+    visible = _rules.visible  # the name and reason are the job's user's text
     line = f"job {result.get('job_id')} ({visible(result.get('name'))}): {state}"
     if result.get("reason") and state != "RUNNING":
         line += f" ({visible(result['reason'])})"
@@ -153,8 +340,13 @@ class ActionModule(ActionBase):
         """Stage and submit (or find the job given), then follow it in slices until it is final."""
         code = None
         if args.get("stage"):
-            code = _job_dir_action.CodeToStage(args["stage"])
-            args["stage"] = {key: value for key, value in args["stage"].items() if key in _job_dir_action.MODULE_ARGS}
+            code = CodeToStage(args["stage"])
+            rendered = args["stage"].get("code_hash")
+            if rendered and rendered != code.digest:
+                # The job script names the code by the hash it had when it was rendered.
+                raise AnsibleActionFail(f"the code in {code.summary['source_dir']} changed while the job was put "
+                                        f"together (its hash was {rendered}, is {code.digest}): launch again")
+            args["stage"] = {key: value for key, value in args["stage"].items() if key in MODULE_ARGS}
             args["stage"]["code_hash"] = code.digest
         every = int(args.pop("progress_every", 30) or 0)
         live = (every > 0 and args.get("state", "present") == "present" and boolean(args.get("wait", True))
@@ -174,11 +366,11 @@ class ActionModule(ActionBase):
                 result["timed_out"] = True
                 break
             follow = {key: value for key, value in args.items() if key not in SUBMIT_ONLY}
-            # The marker's path as the first slice filled it in (stage's placeholders).
+            # The marker's path in the run the first slice took.
             follow.update(job_id=result["job_id"], return_on_change=True, progress_from=result["progress"],
                           end_marker=first.get("end_marker", args.get("end_marker")),
                           timeout=max(1, int(min(every, left) if left is not None else every)))
-            previous, result = result, self._execute_module("slurm_job", module_args=follow, task_vars=task_vars)
+            previous, result = result, self.run_module(follow, task_vars)
             result["queries"] = result.get("queries", 0) + previous.get("queries", 0)
             result["controller_outage_seconds"] = (result.get("controller_outage_seconds", 0)
                                                    + previous.get("controller_outage_seconds", 0))
@@ -199,15 +391,23 @@ class ActionModule(ActionBase):
         when that run finds it missing and the module runs again with it, which then submits. What
         the nodes' check noted of usable nodes that may delay the job is shown."""
         if code is None:
-            result = self._execute_module("slurm_job", module_args=args, task_vars=task_vars)
+            result = self.run_module(args, task_vars)
         else:
-            result = code.stage(self, lambda extra: self._execute_module(
-                "slurm_job", module_args={**args, "stage": {**args["stage"], **extra}}, task_vars=task_vars),
+            result = code.stage(self, lambda extra: self.run_module({**args, "stage": {**args["stage"], **extra}},
+                                                                   task_vars),
                 self._task.check_mode, lambda answer: answer.get("staged"))
-        result = _target_python.explain_module_failure(self, result, task_vars)
+        result = _rules.explain_module_failure(self, result, task_vars)
         for note in (result.get("nodes_checked") or {}).get("notes") or []:
             display.display(note)
         return result
+
+    def run_module(self, args, task_vars):
+        """The module run with ``args``, the protocol's (INTERNAL_SPEC's) under its `internal`."""
+        internal = {key: args[key] for key in INTERNAL_SPEC if key in args}
+        module_args = {key: value for key, value in args.items() if key not in INTERNAL_SPEC}
+        if internal:
+            module_args["internal"] = internal
+        return self._execute_module("slurm_job", module_args=module_args, task_vars=task_vars)
 
     def show(self, result, previous):
         if result.get("job_id") is None:

@@ -2,10 +2,10 @@
 """Action plugin: check a launch's request and put its job together, on the controller, in one task.
 
 Everything a launch checks before it writes or submits anything, in the order a user fixes it,
-and the job script rendered, in one pass in Python. The rules are imported from where they live
-(plugin_utils' request_checks, sweep, script_path and shell_words; the node_health and train_job
-filters), so the launch, the preflight, the job templates and the Python API share one copy of
-each.
+and the job script rendered, in one pass in Python. The request's rules are
+plugin_utils/launch_request.py's, so that the launch, the preflight, the job templates and the
+Python API share one copy of each; what is here reads what Ansible was given (the -e values as
+typed, the inventory) and renders the job's files.
 """
 
 from __future__ import annotations
@@ -22,10 +22,13 @@ description:
     group. With O(render), also the values that reach the job script (paths, names, time
     limit, env, directives, a sweep), the training script on the controller, and the job's
     nodes against the inventory (names, node group, counts, whether the request fits them).
-  - With O(render), puts the job together (the cluster role's C(train_job) values) and renders
-    its files: the job script from C(train.sbatch.j2), the GPU check C(gpu_check.py), and a
-    sweep's table. The run's and the code's directories and, unless given, the partition are
-    placeholders there, which the slurm_job module fills in as it stages the job.
+  - With O(render), lists and hashes the code to stage (the script's directory, or C(code_dir)),
+    puts the job together (the C(train_job) values) and renders its files: the job script from
+    C(train.sbatch.j2), the GPU check C(gpu_check.py), the health gate's C(health_check.py) and
+    C(allreduce_check.py), and a sweep's table. The job script names its files from the run's
+    directory, the job's working directory (C(sbatch --chdir), C($PWD) in the job), the code by
+    its hash from there, and leaves a partition not given to the submission, which finds the one
+    the nodes share in Slurm.
   - Returns its findings, for the task to register (RV(job), RV(job_files), RV(node_plan), ...): not
     as facts, which a fact cache would keep and a set_fact of the same name would hide. Runs on the
     controller, changes nothing, and runs the same in check mode.
@@ -83,12 +86,12 @@ job_name:
   description: The job's name (the script's name unless given).
   returned: success
   type: str
-placeholders:
-  description: The words that stand for the run's and code's directories and the partition in RV(job).
-  returned: success
-  type: dict
+code_hash:
+  description: The content hash of the code to stage, which the job script names (code/<hash>/).
+  returned: with render, unless following
+  type: str
 node_plan:
-  description: The job's nodes from the inventory (node_health.py's node_inventory_plan), with its partition.
+  description: The job's nodes from the inventory (launch_request.py's node_inventory_plan), with its partition.
   returned: with render, unless following
   type: dict
 job:
@@ -110,9 +113,7 @@ run_request:
 
 import json
 import os
-import secrets
 import stat
-import string
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -123,14 +124,11 @@ from ansible.parsing.splitter import parse_kv
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import load_extra_vars
 
-from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as _extra_vars
-from ansible_collections.hpc.slurm_train.plugins.filter import node_health as _nodes
-from ansible_collections.hpc.slurm_train.plugins.filter import train_job as _train_job
+from ansible_collections.hpc.slurm_train.plugins.action.slurm_job import CodeToStage
+from ansible_collections.hpc.slurm_train.plugins.module_utils import bad_nodes as _bad_nodes
+from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import END_MARKER_NAME, code_dir_from_run
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params as _params
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils import request_checks as _checks
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _sweep
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils.script_path import script_path as _script_path
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils.shell_words import shell_words as _shell_words
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request as _rules
 
 # Every value of a request, by its key; the task passes each (vars/main.yml's _slurm_launch_request:
 # the key KEY is the variable ROLE_PREFIX + KEY). The values given that reach the job script are
@@ -156,19 +154,16 @@ SECRET_SOURCES = ("put it in a file only you can read (chmod 600 secrets.yml; -e
 JOB_TEMPLATE = "train.sbatch.j2"
 # Written into the run's directory; the job runs it on every node before a GPU job trains.
 GPU_CHECK = "gpu_check.py"
-PLACEHOLDER_CHARS = string.ascii_lowercase + string.digits
+# The hang watchdog's stack dumper and its suspect-node rule (files/hang_dump.py).
+HANG_DUMP = "hang_dump.py"
+# The health gate's program, and the all-reduce it imports, beside the GPU check (it imports that too).
+HEALTH_CHECK, ALLREDUCE_CHECK = "health_check.py", "allreduce_check.py"
+# Written there too: the job's mark_bad_node runs it to record a node in the user's bad nodes.
+BAD_NODES = "bad_nodes.py"
 
 
 def _length(value):
     return len(value) if isinstance(value, (str, list, tuple, Mapping)) else 0
-
-
-def placeholders(word):
-    """Words that stand for the run's and the staged code's directories and the partition in the
-    job as rendered here, before the NAS and Slurm are looked at; the slurm_job module fills them in
-    as it checks the nodes and stages the job. Random for each launch, so that no value of a request
-    holds one by chance."""
-    return {"run_dir": f"/run-dir-{word}", "code_dir": f"/code-dir-{word}", "partition": f"partition-{word}"}
 
 
 def derived(request):
@@ -176,8 +171,8 @@ def derived(request):
     name. A script that is no text makes none (the shape check names it)."""
     script = request["script"] if isinstance(request["script"], str) else None
     try:
-        script_file = _script_path(script) if script is not None else ""
-        code_dir = _script_path(request["code_dir"] or (os.path.dirname(script_file) if script else ""))
+        script_file = _rules.script_path(script) if script is not None else ""
+        code_dir = _rules.script_path(request["code_dir"] or (os.path.dirname(script_file) if script else ""))
     except AnsibleError as exc:
         raise AnsibleActionFail(str(exc)) from None
     job_name = request["job_name"] or (os.path.splitext(os.path.basename(script))[0] if script else "")
@@ -189,7 +184,7 @@ def shape_problem(request, groups, following):
     argument specs turn a number given in JSON into text for their check only; the variables stay
     numbers, which the later checks could not read as names), where to run, the counts, the node
     group. '' when there is none."""
-    text = _checks.text_problems([
+    text = _rules.text_problems([
         {"key": "nodes", "value": request["nodes"], "hint": " or a list of node names", "list_ok": True},
         {"key": "group", "value": request["group"]},
         {"key": "script", "value": request["script"]},
@@ -204,7 +199,7 @@ def shape_problem(request, groups, following):
         return ("Say where to run: either a node list (-e nodes=node110,node111 or -e 'nodes=node[110-111]') "
                 "or a node group and a count (-e group=gpu_A6000 -e num_nodes=2), not both "
                 f"(got nodes={nodes} group={group}); or -e job_id=N to follow a job already submitted.")
-    counts = _checks.count_problems([
+    counts = _rules.count_problems([
         {"key": "num_nodes", "value": request["num_nodes"], "min": 1 if group and not following else 0,
          "hint": " (with group, how many of its nodes)"},
         {"key": "gpus_per_node", "value": request["gpus_per_node"], "min": 0, "hint": " (0 = all GPUs of the node)"},
@@ -237,8 +232,8 @@ def job_problem(request, script_file, script_args, job_name, plan, host):
     given.update(script=script_file, script_args=script_args, job_name=job_name)
     if request["partition"]:
         given["partition"] = request["partition"]
-    values = (_train_job.value_problems(given)
-              + _sweep.sweep_problems(request["sweep"], request["sweep_parallel"], script_args))
+    values = (_rules.value_problems(given)
+              + _rules.sweep_problems(request["sweep"], request["sweep_parallel"], script_args))
     if values:
         return "; ".join(values) + "."
     if not (request["script"] and os.path.isfile(script_file)):
@@ -362,26 +357,30 @@ def run_request(job, script_file, code_dir):
             **{key: job[key] for key in RUN_REQUEST_KEYS}}
 
 
-def put_together(request, script_file, script_args, code_dir, job_name, plan, marks):
-    """The job's values (train_job's); its script is where the slurm_job action stages it: relative to
-    the code's directory, links resolved."""
-    script = f"{marks['code_dir']}/{script_in_code(script_file, code_dir)}"
-    return _train_job.train_job({
+def put_together(request, script_args, job_name, plan, code):
+    """The job's values (train_job's). The job runs in its run's directory (sbatch runs there), so
+    its files are named from there: its log, its end mark, the GPU check, and the script, in the
+    code staged by its hash (CodeToStage's), relative to the code's directory, links resolved. A
+    partition not given is left to the submission, which finds the one the nodes share."""
+    return _rules.train_job({
         "job_name": job_name,
-        "job_dir": marks["run_dir"],
-        "end_marker": f"{marks['run_dir']}/.%j.ended",
+        "job_dir": "",
+        "end_marker": END_MARKER_NAME,
         "account": request["account"],
-        "partition": plan["partition"],
+        "partition": request["partition"],
         "num_nodes": plan["num_nodes"],
         "nodelist": "" if request["group"] else plan["hostlist"],
-        "gpus_per_node": _nodes._as_int(request["gpus_per_node"]) or plan["node_gpus"],
-        "cpus_per_task": _nodes._as_int(request["cpus_per_task"]) or plan["node_cpus"],
+        "gpus_per_node": _rules.as_int(request["gpus_per_node"]) or plan["node_gpus"],
+        "cpus_per_task": _rules.as_int(request["cpus_per_task"]) or plan["node_cpus"],
         "nproc_per_node": request["nproc_per_node"],
         "omp_num_threads": request["omp_num_threads"],
         "time_limit": request["time_limit"],
         "warning_signal": request["warning_signal"],
         "warning_seconds": request["warning_seconds"],
         "max_restarts": request["max_restarts"],
+        "hang_minutes": request["hang_minutes"],
+        # Written beside the GPU check by the staging run.
+        "hang_dump": HANG_DUMP,
         "extra_directives": request["extra_directives"],
         "cuda_home": request["cuda_home"],
         "replace_ld_library_path": boolean(request["replace_ld_library_path"], strict=False),
@@ -393,12 +392,18 @@ def put_together(request, script_file, script_args, code_dir, job_name, plan, ma
         "env": request["env"],
         "rendezvous": request["rendezvous"],
         "master_port": request["master_port"],
-        "script": script,
+        "script": f"{code_dir_from_run(code.digest)}/{code.relative_script}",
         "script_args": script_args,
-        "sweep": _sweep.sweep_points(request["sweep"]),
+        "sweep": _rules.sweep_points(request["sweep"]),
         "sweep_parallel": request["sweep_parallel"],
-        # GPU_CHECK, written into the run's directory by the staging run.
-        "gpu_check": f"{marks['run_dir']}/{GPU_CHECK}",
+        # Written into the run's directory by the staging run.
+        "gpu_check": GPU_CHECK,
+        "health_check": HEALTH_CHECK if boolean(request["health_gate"], strict=False) else "",
+        "health_slow_factor": request["health_slow_factor"],
+        "health_matmul_size": request["health_matmul_size"],
+        "bad_nodes_script": BAD_NODES,
+        "bad_nodes_root": request["jobs_dir"],
+        "bad_node_hours": request["bad_node_hours"],
     })
 
 
@@ -417,7 +422,7 @@ class ActionModule(ActionBase):
         request = args["request"]
         result["changed"] = False
 
-        unknown = _extra_vars.check_extra_vars(self._loader, _extra_vars.DEFAULT_PREFIXES, task_vars)["msg"]
+        unknown = _rules.check_extra_vars(self._loader, _rules.DEFAULT_PREFIXES, task_vars)["msg"]
         if unknown:
             return {**result, "failed": True, "msg": unknown}
 
@@ -430,16 +435,14 @@ class ActionModule(ActionBase):
         request, problem = env_from_environment(request, os.environ)
         if problem:
             return {**result, "failed": True, "msg": problem}
-        following = _nodes._as_int(request["job_id"]) > 0
+        following = _rules.as_int(request["job_id"]) > 0
         script_file, code_dir, job_name = derived(request)
-        marks = placeholders("".join(secrets.choice(PLACEHOLDER_CHARS) for _ in range(20)))
         found = {
             "environment": {"SLURM_CONF": args["slurm_conf"]} if args["slurm_conf"] else {},
             "following": following,
             "script": script_file,
             "code_dir": code_dir,
             "job_name": job_name,
-            "placeholders": marks,
         }
         groups = task_vars.get("groups") or {}
         problem = shape_problem(request, groups, following)
@@ -449,29 +452,32 @@ class ActionModule(ActionBase):
             return {**result, **found}
 
         try:
-            plan = _nodes.node_inventory_plan(
+            plan = _rules.node_inventory_plan(
                 request["nodes"] if _length(request["nodes"]) else groups.get(request["group"]) or [],
                 task_vars["hostvars"], groups,
                 {**{key: request[key] for key in ("group", "partition", "num_nodes", "gpus_per_node",
                                                   "cpus_per_task", "nproc_per_node")},
                  "nccl_env": bool(request["nccl_env_dir"])})
-            plan["partition"] = request["partition"] or marks["partition"]
+            plan["partition"] = request["partition"]
             # As a shell would split them; split once, for the checks and the job.
-            script_args = _shell_words(request["script_args"])
+            script_args = _rules.shell_words(request["script_args"])
             problem = job_problem(request, script_file, script_args, job_name, plan,
                                   task_vars.get("inventory_hostname"))
             if problem:
                 return {**result, "failed": True, "msg": problem}
-            job = put_together(request, script_file, script_args, code_dir, job_name, plan, marks)
-        except AnsibleError as exc:  # the filters' refusals: script_args that split into no words, ...
+            # The code as it will be staged: listed, held to code_max_mb, hashed.
+            code = CodeToStage({"script": script_file, "code_dir": code_dir, "max_mb": request["code_max_mb"]})
+            job = put_together(request, script_args, job_name, plan, code)
+        except AnsibleError as exc:  # the rules' refusals: script_args that split into no words, ...
             return {**result, "failed": True, "msg": str(exc.message)}
         return {**result, **found, "node_plan": plan, "job": job, "job_files": self.job_files(job, task_vars),
-                "run_request": run_request(job, script_file, code_dir)}
+                "run_request": run_request(job, script_file, code_dir), "code_hash": code.digest}
 
     def job_files(self, job, task_vars):
         """The job script (only the user reads it when it carries slurm_launch_env values: they may be
-        tokens), the GPU check, and a sweep's table (each array task reads its arguments from the
-        script; the table is for people and tools)."""
+        tokens), the GPU check, the hang watchdog's stack dumper, the bad nodes' program, the health
+        gate's programs, and a sweep's table (each array task reads its arguments from the script; the
+        table is for people and tools)."""
         # Ansible's template lookup, as a task's lookup('template') renders (its ansible_managed,
         # trim_blocks), given only the search path: it copies every variable it is given.
         lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
@@ -480,7 +486,13 @@ class ActionModule(ActionBase):
                             template_vars={"job": job})[0]
         files = [{"name": f"{job['job_name']}.sbatch", "content": script, "mode": "0600" if job["env"] else "0644"},
                  {"name": GPU_CHECK, "content": Path(self._find_needle("files", GPU_CHECK)).read_text(encoding="utf-8"),
-                  "mode": "0644"}]
+                  "mode": "0644"},
+                 {"name": HANG_DUMP, "content": Path(self._find_needle("files", HANG_DUMP)).read_text(encoding="utf-8"),
+                  "mode": "0644"},
+                 {"name": BAD_NODES, "content": Path(_bad_nodes.__file__).read_text(encoding="utf-8"), "mode": "0644"}]
+        if job["health_check"]:
+            files += [{"name": name, "content": Path(self._find_needle("files", name)).read_text(encoding="utf-8"),
+                       "mode": "0644"} for name in (HEALTH_CHECK, ALLREDUCE_CHECK)]
         if job["sweep"]:
-            files.append({"name": _sweep.TABLE_NAME, "content": _sweep.sweep_table(job["sweep"]), "mode": "0644"})
+            files.append({"name": _rules.TABLE_NAME, "content": _rules.sweep_table(job["sweep"]), "mode": "0644"})
         return files

@@ -7,32 +7,12 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-# The run-path rule, shared with the slurm_job module.
+# The run-path rule, shared with the slurm_job module; a launch's run in words, as its outputs say it.
 from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.job_outputs import run_line
 run_of_path = _rules.run_of_path
 JOBS_SHOWN = 20
 COLUMNS = ("job", "name", "run", "state", "exit", "nodes", "elapsed", "restarts", "cost", "outputs")
-
-
-def run_line(staged, outcome):
-    """One line: which run a launch was (the job_dir action's result) or the job followed is."""
-    staged = staged or {}
-    outcome = outcome or {}
-    if staged.get("run_id") is None:
-        run = run_of_path(outcome.get("stdout_path"))
-        return f"run {run}" if run else "-"
-    if outcome.get("found_existing"):
-        return f"run {staged['run_id']}, already pending or running: followed, not submitted again"
-    # The newest run passed over as another request, or a run of another request resumed by force.
-    aside = "".join(f" ({note})" for note in [staged.get("other_request")] if note)
-    if staged.get("request_differences"):
-        aside += f" (force: it is another request: {'; '.join(staged['request_differences'])})"
-    if not staged.get("resumed"):
-        return f"fresh run {staged['run_id']}{aside}"
-    step = staged.get("resumed_step")
-    if step is None:
-        return f"resumed run {staged['run_id']} (no checkpoint of it yet: it starts over){aside}"
-    return f"resumed run {staged['run_id']} from its checkpoint at step {step}{aside}"
 
 
 def _duration(seconds):

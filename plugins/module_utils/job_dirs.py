@@ -2,7 +2,7 @@
 the training code staged into it, the launch's run picked and made, the job's files written.
 
 The rules of the job_dir module, shared with slurm_job, which stages a launch's job and submits it
-in one module run (its O(stage) option takes the job_dir module's options, STAGE_SPEC)."""
+in one module run (its internal `stage` takes the job_dir module's options, STAGE_SPEC)."""
 
 import base64
 import binascii
@@ -20,7 +20,46 @@ import stat
 import tarfile
 import tempfile
 
-from ansible_collections.hpc.slurm_train.plugins.module_utils.writable import existing_directory, problem_with
+# Whether a directory (maybe not made yet) can take writes: the rule of the writable_dir module too,
+# which the launch's staging applies to the jobs directory in the same look at the NAS.
+MB = 1024 * 1024
+
+
+def existing_directory(path):
+    """The path, or its nearest ancestor that exists."""
+    while not os.path.lexists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def problem_with(directory, min_free_mb, try_write, writes_here=True):
+    """Why the directory cannot take the writes, or None; and its free space in MB.
+
+    With try_write, a temporary file is really made and removed: that also catches root squash
+    and quotas, which access() does not see. Without writes_here only its filesystem's free space
+    counts (the writes go to a directory below it that someone else makes)."""
+    if not os.path.isdir(directory):
+        return f"{directory} is not a directory", None
+    stats = os.statvfs(directory)
+    free_mb = stats.f_bavail * stats.f_frsize // MB
+    # Whoever makes the directories below, nothing is written on a read-only filesystem.
+    if stats.f_flag & os.ST_RDONLY:
+        return f"{directory} is not writable (read-only filesystem)", free_mb
+    if not writes_here:
+        try_write = False
+    elif not os.access(directory, os.W_OK | os.X_OK):
+        return f"{directory} is not writable", free_mb
+    if try_write:
+        try:
+            handle, name = tempfile.mkstemp(prefix=".write-test-", dir=directory)
+            os.close(handle)
+            os.unlink(name)
+        except OSError as error:
+            return f"{directory} cannot be written: {error.strerror}", free_mb
+    if free_mb < min_free_mb:
+        return f"{directory} has {free_mb} MB free, {min_free_mb} MB are needed (is the filesystem full?)", free_mb
+    return None, free_mb
+
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 HASH_RE = re.compile(r"^[0-9a-f]{8,64}$")
@@ -35,6 +74,14 @@ NO_PROGRESS = "NO_PROGRESS"
 # A run's request (what it trains), written when the run is taken: only a launch of the same
 # request resumes the run.
 REQUEST_FILE = "request.json"
+# The job's own files in its run's directory (the directory it runs in), which the job script
+# names relative to it: the mark the job leaves as it ends ('%j': the job id), for the launch that
+# follows it; and the staged code, <job dir>/code/<hash>/, from <job dir>/runs/<id>/.
+END_MARKER_NAME = ".%j.ended"
+
+
+def code_dir_from_run(code_hash):
+    return f"../../code/{code_hash}"
 # Held from the look at the runs until the run's job is submitted (release_runs_lock, or the
 # module's end): two launches of one job name take a run and submit one at a time. A file, not
 # the directory: an exclusive flock on NFS is a write lock, which needs a descriptor open for writing.
@@ -375,28 +422,6 @@ def check_files(files):
     return checked
 
 
-def check_placeholders(placeholders):
-    """{what: word} for the placeholders given; a word short enough to occur by chance, or one
-    inside another, is refused."""
-    given = {key: word for key, word in (placeholders or {}).items() if word}
-    unknown = sorted(set(given) - set(PLACEHOLDER_VALUES))
-    if unknown:
-        raise Refused(f"placeholders: {', '.join(unknown)} unknown; give {', '.join(PLACEHOLDER_VALUES)}")
-    for key, word in given.items():
-        if len(word) < PLACEHOLDER_MIN_LENGTH or any(word in other for other in given.values() if other is not word):
-            raise Refused(f"placeholders: {key}={word!r} must be a word of {PLACEHOLDER_MIN_LENGTH} characters or more "
-                          "that no other placeholder contains")
-    return given
-
-
-def fill_placeholders(text, placeholders, staged):
-    """``text`` with each placeholder word replaced by the path it stands for in ``staged`` (a
-    stage() result): the paths that only the NAS knows until the run is taken."""
-    for key, word in placeholders.items():
-        text = text.replace(word, PLACEHOLDER_VALUES[key](staged))
-    return text
-
-
 def same_file(dir_fd, name, data, mode):
     """Whether `name` under dir_fd is already a regular file (not a link) of that content and mode;
     a FIFO put there is not waited on."""
@@ -438,12 +463,11 @@ def write_files(dir_fd, files, dry):
     return written
 
 
-def write_job_files(params, files, placeholders, job_fd, uid, dry, result):
-    """The job's files into the run's directory (the job's without resume), their placeholders
-    filled in for the run taken; fills result."""
+def write_job_files(params, files, job_fd, uid, dry, result):
+    """The job's files into the run's directory (the job's without resume); fills result."""
     if not files:
         return
-    files = {name: (fill_placeholders(text, placeholders, result).encode(), mode) for name, (text, mode) in files.items()}
+    files = {name: (text.encode(), mode) for name, (text, mode) in files.items()}
     if job_fd is None:  # dry, and the job's directory is not made yet
         result["files_written"] = sorted(files)
         return
@@ -471,7 +495,7 @@ def write_job_files(params, files, placeholders, job_fd, uid, dry, result):
 def stage(params, check_mode, known=None):
     """Make the user's job directory, stage the code, take the run and write the job's files, in
     that order, as STAGE_SPEC's ``params`` say; returns the result the job_dir module documents.
-    ``known``: values a placeholder may stand for that the caller found out (the partition).
+    ``known``: what the caller found out that the result reports (the partition of the nodes).
 
     Nothing is made while a file of O(expect_files) is missing; nothing past the code's directory
     while the code is missing and no archive of it came (the caller sends it and runs this again)."""
@@ -494,10 +518,6 @@ def stage(params, check_mode, known=None):
         raise Refused(f"code_hash={code_hash!r} is not a hex digest")
     dry = params["probe"] or check_mode
     files = check_files(params["files"])
-    placeholders = check_placeholders(params["placeholders"])
-    if "partition" in placeholders and not (known or {}).get("partition"):
-        raise Refused("placeholders: partition stands for the partition the job's nodes share in Slurm, "
-                      "which only slurm_job's nodes check finds")
     root = params["jobs_root"]
     job_dir = os.path.join(root, user, params["job_name"])
     code_dir = os.path.join(job_dir, "code", code_hash) if code_hash else ""
@@ -536,7 +556,7 @@ def stage(params, check_mode, known=None):
                     job_fd = fds[2] if len(fds) > 2 else None
                     if params["resume"]:  # no runs yet: the first
                         take_run(params, job_fd, job_dir, uid, mode, dry, result)
-                    write_job_files(params, files, placeholders, job_fd, uid, dry, result)
+                    write_job_files(params, files, job_fd, uid, dry, result)
                     return result  # nothing below a missing directory exists yet
                 try:
                     os.mkdir(name, mode, dir_fd=fds[-1])
@@ -558,7 +578,7 @@ def stage(params, check_mode, known=None):
             return result  # the code first: the caller sends it, and this runs again
         if params["resume"]:
             take_run(params, fds[2], job_dir, uid, mode, dry, result)
-        write_job_files(params, files, placeholders, fds[2], uid, dry, result)
+        write_job_files(params, files, fds[2], uid, dry, result)
         return result
     finally:
         for fd in fds:
@@ -628,7 +648,7 @@ BYTECODE_CACHE_DIR = "__pycache__"
 
 def code_manifest(dir_fd, prefix=""):
     """[(relative path, 'x' or '-', sha256)] of every file under dir_fd, sorted, as the launch's
-    content hash lists them (plugins/action/job_dir.py's content_hash), Python's bytecode caches
+    content hash lists them (plugins/action/slurm_job.py's content_hash), Python's bytecode caches
     left out; anything but a regular file or a directory (a link) is refused, naming it."""
     entries = []
     for name in sorted(os.listdir(dir_fd)):
@@ -714,16 +734,7 @@ def check_code(dir_fd, code_fd, code_hash, code_dir):
                   "to stage your code afresh")
 
 
-# What each placeholder of a job's files stands for, once the run is taken (and, for slurm_job
-# with O(nodes), once sinfo said which partition the nodes share: stage()'s ``known``).
-PLACEHOLDER_VALUES = {
-    "run_dir": lambda staged: staged["run_dir"] or staged["job_dir"],  # where the files go
-    "code_dir": lambda staged: staged["code_dir"],
-    "partition": lambda staged: staged["partition"],
-}
-PLACEHOLDER_MIN_LENGTH = 16
-
-# The job_dir module's options; slurm_job's O(stage) takes the same.
+# The job_dir module's options; slurm_job's internal `stage` takes the same.
 STAGE_SPEC = dict(
     jobs_root=dict(type="path", required=True),
     job_name=dict(type="str", required=True),
@@ -742,7 +753,6 @@ STAGE_SPEC = dict(
         name=dict(type="str", required=True),
         content=dict(type="str", required=True, no_log=True),
         mode=dict(type="str", default="0644"))),
-    placeholders=dict(type="dict", default={}),
     # Read by the action plugin on the controller.
     code_dir=dict(type="path"),
     script=dict(type="path"),

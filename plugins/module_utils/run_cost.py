@@ -9,18 +9,28 @@ checkpoint's step and time, so that the part of a failed attempt after its last 
 told from the part it saved. sacct's figures win where it answers; without accounting the ledger is
 the script's, and says so.
 
+Each attempt's health gate (roles/slurm_launch/files/health_check.py) leaves its own record
+beside them, ``health-<job id>.jsonl``: a JSON line an attempt, read back by parse_health.
+
 Standard library only: the slurm_job module imports it on the login node.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 
 # What sacct is asked for the ledger (-n -P -D -X): one line per attempt, oldest first.
 COST_FIELDS = ("JobIDRaw", "JobID", "State", "ElapsedRaw", "AllocTRES", "Eligible", "Start")
 # An attempt that ended in these sacct states lost what it did after its last checkpoint.
 LOST_STATES = ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
+# The job script's own word for such an attempt (sacct says REQUEUED of one it requeued): a rank
+# failed, or the hang watchdog stopped it.
+LOST_OUTCOMES = ("failed", "hung")
 ATTEMPTS_FILE = "attempts-{job_id}.tsv"
+# health_check.py's record_path writes it; a unit test holds the two to the same name.
+HEALTH_FILE = "health-{job_id}.jsonl"
+HEALTH_ACTIONS = ("pass", "requeue", "fail")
 SOURCE_SACCT = "sacct"
 SOURCE_SCRIPT = "the job script's own record (no accounting: sacct did not answer)"
 
@@ -70,6 +80,10 @@ def parse_cost_sacct(stdout):
     return attempts
 
 
+def _names(field):
+    return [] if field in ("", "-") else field.split(",")
+
+
 def parse_attempts(text):
     """The job script's record (ATTEMPTS_FILE) as {restart: {"start": {...}, "end": {...} or None}}."""
     attempts = {}
@@ -84,6 +98,10 @@ def parse_attempts(text):
         elif kind == "end" and len(fields) == 7 and restart in attempts:
             attempts[restart]["end"] = {"time": _int(fields[2]), "outcome": fields[3], "step": _int(fields[4]),
                                         "checkpoint_time": _int(fields[5]), "reached": _int(fields[6])}
+        elif kind == "hang" and len(fields) == 6 and restart in attempts:
+            # The hang watchdog's record: suspect nodes and stack dumps, comma-separated ('-': none).
+            attempts[restart]["hang"] = {"time": _int(fields[2]), "suspect_nodes": _names(fields[3]),
+                                         "step": _int(fields[4]), "stack_dumps": _names(fields[5])}
     return attempts
 
 
@@ -101,7 +119,7 @@ def _attempt(index, record, following, accounted):
     # Cut (no end of its own: a node failure killed the script), the checkpoint it left is the one
     # the next attempt started from.
     checkpoint_time = (end or {}).get("checkpoint_time") if end else ((following or {}).get("start") or {}).get("checkpoint_time")
-    failed = (state in LOST_STATES) or (end or {}).get("outcome") == "failed" or (record is not None and end is None
+    failed = (state in LOST_STATES) or (end or {}).get("outcome") in LOST_OUTCOMES or (record is not None and end is None
                                                                                  and following is not None)
     lost = 0
     if failed and elapsed is not None:
@@ -109,8 +127,10 @@ def _attempt(index, record, following, accounted):
         if checkpoint_time and start.get("time") and checkpoint_time > start["time"]:
             saved = min(elapsed, checkpoint_time - start["time"])
         lost = elapsed - saved
+    hang = (record or {}).get("hang")
     return {"restart": index, "state": state or (end or {}).get("outcome") or "cut", "elapsed_seconds": elapsed,
-            "gpus": gpus, "cpus": cpus, "queue_seconds": queue, "lost_seconds": lost if elapsed is not None else None}
+            "gpus": gpus, "cpus": cpus, "queue_seconds": queue, "lost_seconds": lost if elapsed is not None else None,
+            **({"hang": hang} if hang else {})}
 
 
 def ledger(records, accounted=None):
@@ -157,3 +177,19 @@ def cost_line(cost):
     return (f"{cost['hours']} {cost['unit']}-hours over {len(cost['attempts'])} attempt"
             f"{'' if len(cost['attempts']) == 1 else 's'}, {cost['lost_hours']} lost, {steps} step"
             f"{'' if steps == 1 else 's'} redone, {queued} (from {cost['source']})")
+
+
+def parse_health(text):
+    """The attempts' gate records of HEALTH_FILE's text, in the order written; lines that are no
+    record (cut, or not the gate's) are left out."""
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if (isinstance(record, dict) and record.get("action") in HEALTH_ACTIONS
+                and isinstance(record.get("restart"), int) and isinstance(record.get("nodes"), dict)
+                and isinstance(record.get("named"), list)):
+            records.append(record)
+    return records

@@ -28,18 +28,17 @@ import stat
 from ansible.errors import AnsibleError
 
 # The rules the role's filters and the modules already use, each from its one place.
-from ansible_collections.hpc.slurm_train.plugins.filter import runs as _runs
 from ansible_collections.hpc.slurm_train.plugins.module_utils import cluster_rules as _rules
 from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs as _job_dirs
 from ansible_collections.hpc.slurm_train.plugins.module_utils import run_cost as _run_cost
 from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm as _slurm_utils
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_code as _launch_code
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep as _sweep
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request as _launch_request
 
 # What job.json keeps of the job.
 RECORD_KEYS = ("job_id", "name", "user", "partition", "state", "outcome", "exit_code", "exit_signal", "reason",
                "nodes", "elapsed_seconds", "restarts", "stdout_path", "stderr_path", "log_tail", "failed_nodes",
-               "code", "run", "run_line", "request_differences", "points", "failure", "no_progress", "cost")
+               "code", "run", "run_line", "request_differences", "points", "failure", "no_progress", "cost",
+               "hangs", "health")
 # What the ``collect`` option says, besides the job itself (the slurm_job result).
 COLLECT_SPEC = {
     # Where outputs/<name>-<id>/ go on the controller.
@@ -59,6 +58,36 @@ COLLECT_SPEC = {
 # The outputs folder and its files: the follower's alone (a log may hold tokens, or another
 # user's output when root or an operator follows a job).
 FOLDER_MODE, FILE_MODE = 0o700, 0o600
+
+
+def run_line(staged, outcome):
+    """One line: which run a launch was (what its staging found) or the job followed is."""
+    staged = staged or {}
+    outcome = outcome or {}
+    if staged.get("run_id") is None:
+        run = _rules.run_of_path(outcome.get("stdout_path"))
+        return f"run {run}" if run else "-"
+    if outcome.get("found_existing"):
+        return f"run {staged['run_id']}, already pending or running: followed, not submitted again"
+    # The newest run passed over as another request, or a run of another request resumed by force.
+    aside = "".join(f" ({note})" for note in [staged.get("other_request")] if note)
+    if staged.get("request_differences"):
+        aside += f" (force: it is another request: {'; '.join(staged['request_differences'])})"
+    if not staged.get("resumed"):
+        return f"fresh run {staged['run_id']}{aside}"
+    step = staged.get("resumed_step")
+    if step is None:
+        return f"resumed run {staged['run_id']} (no checkpoint of it yet: it starts over){aside}"
+    return f"resumed run {staged['run_id']} from its checkpoint at step {step}{aside}"
+
+
+def launch_code_line(code):
+    """One line on the code a launch staged (the slurm_job action's `code` result)."""
+    where = "copied to the NAS" if code["copied"] else "already on the NAS, not copied"
+    line = f"code {code['hash']} ({code['files']} files) {where}"
+    if code.get("git_commit"):
+        line += f", git {code['git_commit'][:12]}{' with uncommitted changes' if code.get('git_dirty') else ''}"
+    return line
 
 
 def outputs_folder(outputs_dir, job):
@@ -89,6 +118,23 @@ def job_failure(job):
     return _rules.first_failure(lines)
 
 
+def job_hangs(job):
+    """The attempts the job script's hang watchdog stopped (the ledger's attempts with a hang), each
+    with state HUNG, its suspect nodes (none when the stacks did not tell) and its stack dumps."""
+    return [{"job_id": attempt.get("job_id"), "restart": attempt.get("restart"), "state": "HUNG",
+             **attempt["hang"]} for attempt in (job.get("cost") or {}).get("attempts") or [] if attempt.get("hang")]
+
+
+def hang_line(hang):
+    """summary.txt's 'hung' row: 'attempt 0 of job 41 HUNG at step 20: suspect node111; stacks in ...'."""
+    at = f" at step {hang['step']}" if hang.get("step") is not None else ""
+    nodes = ", ".join(_rules.visible(node) for node in hang.get("suspect_nodes") or [])
+    dumps = ", ".join(_rules.visible(name) for name in hang.get("stack_dumps") or [])
+    return (f"attempt {hang['restart']} of job {hang['job_id']} HUNG{at}: suspect "
+            f"{nodes or 'nodes: none named (the stacks do not tell)'}; stacks in {dumps or 'no file'} (the run's "
+            "directory)")
+
+
 def failure_lines(failure):
     """The failure as a person reads it: who raised what, then the last frames."""
     where = "a process" if failure["rank"] is None else f"rank {failure['rank']} on {failure['node']}"
@@ -102,13 +148,14 @@ def report(job, staged, points, outputs):
     staged = staged or {}
     tasks = job.get("tasks") or []
     # The points of the sweep this launch rendered; a sweep followed by job id shows task ids only.
-    sweep = _sweep.sweep_report(tasks, points) if tasks else {"rows": [], "lines": [], "failed": []}
+    sweep = _launch_request.sweep_report(tasks, points) if tasks else {"rows": [], "lines": [], "failed": []}
     failed = failed_nodes(job)
     code = staged.get("code")
-    run_line = _runs.run_line(staged, job)
+    run_words = run_line(staged, job)
     failure = job_failure(job)
+    hangs = job_hangs(job)
     record = {**job, "failed_nodes": failed, "code": code, "run": _rules.run_of_path(job.get("stdout_path")),
-              "run_line": run_line, "failure": failure}
+              "run_line": run_words, "failure": failure, "hangs": hangs}
     if staged.get("request_differences"):
         record["request_differences"] = staged["request_differences"]
     if tasks:
@@ -120,14 +167,14 @@ def report(job, staged, points, outputs):
     else:
         submitted = "yes" if job.get("submitted") else "no: followed by job id"
     rows = [("job", f"{job.get('job_id')} ({_rules.visible(job.get('name'))})"),
-            ("run", run_line),
+            ("run", run_words),
             ("state", f"{job.get('state')}, exit code {job.get('exit_code')}{reason}"),
             ("nodes", ",".join(job.get("nodes") or [])),
             ("elapsed", f"{job.get('elapsed_seconds')} s"),
             ("restarts", job.get("restarts")),
             ("cost", _run_cost.cost_line(job["cost"]) if job.get("cost") else "unknown: neither sacct nor the job script "
                                                                              "recorded its attempts"),
-            ("code", _launch_code.launch_code_line(code) if code else "not staged: followed by job id"),
+            ("code", launch_code_line(code) if code else "not staged: followed by job id"),
             ("submitted", submitted),
             ("log", _rules.visible(job.get("stdout_path"))),
             ("outputs", outputs)]
@@ -144,6 +191,9 @@ def report(job, staged, points, outputs):
         rows.extend(("", line) for line in why[1:])
     if job.get("no_progress"):
         rows.append(("stopped", no_progress_line(job)))
+    rows.extend(("hung", hang_line(hang)) for hang in hangs)
+    for line in health_lines(job):
+        rows.append(("health", line))
     if tasks:
         rows.append(("points", f"{job.get('tasks_done')} of {job.get('tasks_total')} final, "
                                f"{job.get('tasks_total', 0) - len(sweep['failed'])} completed"))
@@ -163,7 +213,7 @@ def report_line(job, staged, check_mode):
     how = "submitted" if job.get("submitted") else "already pending or running: following it"
     code = (staged or {}).get("code")
     return (f"Job {job.get('job_id')} ({_rules.visible(job.get('name'))}) {how}, state {job.get('state')}"
-            f"{', ' + _launch_code.launch_code_line(code) if code else ''}. "
+            f"{', ' + launch_code_line(code) if code else ''}. "
             f"Follow it with: ansible-playbook launch.yml -e job_id={job.get('job_id')}")
 
 
@@ -176,12 +226,22 @@ def no_progress_line(job):
             "unless given resume=<run id>")
 
 
+def health_lines(job):
+    """The health gate's line of each attempt (the module's health: the gate's own summary of it),
+    made visible: a node's error is what a node printed."""
+    return [_rules.visible(str(record.get("summary") or f"restart {record.get('restart')}: {record.get('action')}"))
+            for record in job.get("health") or []]
+
+
 def failure_message(job, sweep, failed, outputs, failure=None):
     """The task's message for a job that did not succeed: the first failed rank's exception
     (``failure``, job_failure's) before the log's last lines."""
     reason = f", reason {_rules.visible(job['reason'])}" if job.get("reason") else ""
     if job.get("no_progress"):
         reason += f"; {no_progress_line(job)}"
+    gate = [record for record in job.get("health") or [] if record.get("action") != "pass"]
+    if gate:
+        reason += f"; health gate: {health_lines({'health': gate[-1:]})[0]}"
     nodes = f"; failed nodes: {failed}" if failed else ""
     points = ("points that did not complete: " + "; ".join(sweep["failed"]) + "\n") if job.get("tasks") else ""
     # The module made the log's lines visible; the name and path are the job's too.

@@ -67,7 +67,7 @@ TABLE = (
             "tracked and untracked-but-not-ignored files), copied to <job dir>/code/<content hash>/."),
     Param("code_dir", "str", "", "the code staged with the script; default: the script's directory",
           alias="code_dir", request=True),
-    Param("code_max_mb", "int", 100, "refuse to stage more than this many MB of code"),
+    Param("code_max_mb", "int", 100, "refuse to stage more than this many MB of code", request=True),
     Section("A sweep: the cross product of the values, one Slurm job array of one job script, a task (and a "
             "run directory, runs/<id>/points/<task>/) per point, each given --KEY VALUE after script_args."),
     Param("sweep", "raw", {}, 'option names to lists of values, e.g. {"lr": [0.1, 0.01], "seed": [1, 2]}: the '
@@ -98,6 +98,22 @@ TABLE = (
           from_var="cluster_job_warning_seconds", request=True),
     Param("max_restarts", "int", None, "times the job requeues itself after the warning or a node failure; "
           "0 = --no-requeue", alias="max_restarts", from_var="cluster_job_max_restarts", request=True),
+    Param("bad_node_hours", "float", 24, "hours a node that failed a job of yours (node failure, GPU check, hang, "
+          "health gate) is kept out of your next jobs (<jobs>/<you>/nodes.json); 0 = not kept",
+          alias="bad_node_hours", request=True, given=True),
+    Param("hang_minutes", "float", 30, "minutes without a new log line or a touch of $TRAINING_HEARTBEAT after "
+          "which the training counts as hung: every rank's stacks dumped, the attempt failed as HUNG and requeued "
+          "from its checkpoint; 0 = no hang watchdog", alias="hang_minutes", request=True, given=True),
+    Section("The health gate (docs/resilience.md), at every start and restart, before training: the GPU check, a "
+            "timed matmul on each GPU of each node (on CPU where the training computes on CPU) and one timed "
+            "all-reduce across the nodes. A node that fails, or is slow, is named: the job is requeued without it "
+            "(group) or fails naming it (a node list)."),
+    Param("health_gate", "bool", True, "false: no gate (a GPU job still runs the GPU check)", alias="health_gate",
+          request=True),
+    Param("health_slow_factor", "float", 1.5, "a node whose matmul takes over this many times the median of the "
+          "other nodes' is slow", alias="health_slow_factor", request=True),
+    Param("health_matmul_size", "int", 0, "the gate's float32 matmul side; 0 = 8192 on GPUs, 2048 on CPU",
+          request=True),
     Section("Environment of the training."),
     Param("cuda_home", "str", None, "'' = no CUDA (CPU jobs)", from_var="cluster_cuda_home", request=True, given=True),
     Param("replace_ld_library_path", "bool", False, "true: LD_LIBRARY_PATH is CUDA's lib64 only", request=True),
@@ -122,7 +138,8 @@ TABLE = (
     Param("wait", "bool", True, "false: return right after submission", alias="wait"),
     Param("job_id", "int", 0, "follow or collect this job instead of submitting", alias="job_id", request=True),
     Param("force", "bool", False, "submit even if the same job is pending/running; with resume=<run id>, resume "
-          "that run even when it is another request", alias="force"),
+          "that run even when it is another request; with nodes, submit to a node you keep as bad (warned)",
+          alias="force"),
     Section("A job name is an experiment, each launch a run of it in <job dir>/runs/<id>/ (script, log, "
             "checkpoints), and a run is one request: its script, arguments, code, sweep, env names and shape."),
     Param("resume", "str", "auto", "which run of the job name this launch is: auto (resume the newest run of the "
@@ -134,6 +151,8 @@ TABLE = (
           alias="cancel"),
     Param("logs", "int", 0, "jobs.yml: print this job's log tail and follow it until the job ends (Ctrl-C stops "
           "following only)", alias="logs"),
+    Param("forget_node", "str", "", "jobs.yml: take this node off your bad nodes (jobs.yml lists them)",
+          alias="forget_node"),
     Param("logs_every", "int", 5, "jobs.yml -e logs=N: seconds between looks at the log (each asks Slurm once)"),
     Param("progress_every", "int", 30, "while following, seconds between live progress lines (state changes show "
           "at once); 0 = none"),

@@ -47,3 +47,12 @@ def next_job_id(cluster):
     """Slurm's next job id: unchanged means nothing was submitted."""
     config = cluster.slurm("scontrol", "show", "config").stdout
     return int(re.search(r"^NEXT_JOB_ID\s*=\s*(\d+)", config, re.M).group(1))
+
+
+def forget_bad_nodes(*nodes, inventory=None):
+    """ansible-playbook jobs.yml -e forget_node=NODE for each: a test whose job marks nodes of the
+    shared cluster bad clears them, or the later launches there would be refused."""
+    for node in nodes:
+        argv = ["ansible-playbook", "jobs.yml", "-e", f"forget_node={node}"] + (["-i", str(inventory)] if inventory else [])
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr

@@ -11,7 +11,7 @@ import re
 import subprocess
 
 from cluster import REPO
-from launch import TRAINER, launch, outputs_of, unique_job_name
+from launch import TRAINER, forget_bad_nodes, launch, outputs_of, unique_job_name
 
 NODES = "nodes=node110,node111"
 # What bin/local-cluster's stand-ins claim (STANDIN_GPU there) on a node of 8 GPUs (gpu_A6000.yml).
@@ -24,7 +24,9 @@ def test_the_standin_nvidia_smi_is_on_gpu_nodes_only(cluster):
     assert cluster.ssh("login01", "command -v nvidia-smi", check=False).returncode != 0
 
 
-def test_a_gpu_job_whose_torch_sees_fewer_gpus_than_asked_stops_before_training(cluster, tmp_path):
+def test_a_gpu_job_whose_torch_sees_fewer_gpus_than_asked_stops_before_training(cluster, tmp_path, request):
+    # Both nodes fail the check and become bad nodes of alice's: forgotten after, for the later launches.
+    request.addfinalizer(lambda: forget_bad_nodes("node110", "node111"))
     name = unique_job_name("fewergpus")
     # The stand-in's knob: torch sees 4 of the 8 GPUs the job is given (--gres=gpu:8).
     env = json.dumps({"slurm_launch_env": {"LOCAL_CLUSTER_STANDIN_TORCH_GPUS": "4"}})
@@ -37,6 +39,9 @@ def test_a_gpu_job_whose_torch_sees_fewer_gpus_than_asked_stops_before_training(
         assert f"gpu-check {node}: torch sees 4 GPUs, the job asked for 8 per node (--gres=gpu:8" in log, log
     assert "GPU check failed (the reasons above, per node): not training" in proc.stdout, "the launch shows why"
     assert "world_size=" not in log and "training step finished" not in log, "nothing trained"
+    marks = json.loads((cluster.nas / "jobs" / "alice" / "nodes.json").read_text())["nodes"]
+    assert {node: (marks[node]["reason"], marks[node]["job_id"]) for node in ("node110", "node111")} == {
+        "node110": ("GPU_CHECK", job["job_id"]), "node111": ("GPU_CHECK", job["job_id"])}
 
 
 def test_a_matching_gpu_job_passes_the_check_and_trains_on_cpu_with_gloo(cluster, tmp_path):

@@ -36,9 +36,11 @@ def test_static_rendezvous_job_trains_four_ranks_and_collects_its_outputs(cluste
     assert "CUDA_HOME=/starmap/nas/cuda/cuda-11.8" in log
     assert "env: NCCL_SOCKET_IFNAME==eth0" in log and "env: NCCL_IB_DISABLE=1" in log
     script = (folder / f"{name}-{job['job_id']}.sbatch").read_text()
-    for directive in ("--partition=gpu_A6000", "--nodes=2", "--nodelist=node[110-111]", "--gres=gpu:8",
-                      "--ntasks-per-node=1", "--cpus-per-task=16", "--open-mode=append", f"--job-name={name}"):
+    for directive in ("--nodes=2", "--nodelist=node[110-111]", "--gres=gpu:8", "--ntasks-per-node=1",
+                      "--cpus-per-task=16", "--open-mode=append", f"--job-name={name}", "--output=%x-%j.out"):
         assert f"#SBATCH {directive}\n" in script
+    # No partition was given: the job went to the one its nodes share, which the submission found.
+    assert job["partition"] == "gpu_A6000" and "#SBATCH --partition" not in script
     assert f"job {job['job_id']} ({name}): COMPLETED, exit code 0" in proc.stdout
 
 

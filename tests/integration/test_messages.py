@@ -1,6 +1,6 @@
 """What a person reads on the terminal when a launch is refused or fails, and jobs.yml's table: the
-sentence, never the slurm_job module's protocol with its action (the run's placeholder paths, the
-poll state, the staging's details)."""
+sentence, never the slurm_job module's protocol with its action (the run's end marker, the poll
+state, the staging's details)."""
 
 import json
 import re
@@ -34,10 +34,10 @@ def test_a_refused_launch_shows_its_sentence_and_not_the_modules_result(cluster,
     sentence = "resume=7: this job has no run 7 (its runs: none yet)"
     assert f"[ERROR]: Task failed: Module failed: {sentence}\n" in proc.stdout, proc.stdout[-3000:]
     shown = failure_part(proc.stdout)
-    # The module's result held end_marker (with the run's placeholder path, /run-dir-<random>/),
-    # nodes_checked, progress, staged and 20 more; the failure shows the message alone.
+    # The module's result held end_marker, nodes_checked, progress, staged and 20 more; the failure
+    # shows the message alone.
     assert result_keys(shown) == ["changed", "msg"], shown
-    assert "end_marker" not in shown and "run-dir-" not in shown, shown
+    assert "end_marker" not in shown and "/runs/" not in shown, shown
     assert not submitted(cluster, name)
 
 
@@ -58,7 +58,7 @@ def test_a_failed_job_shows_its_message_and_log_tail_as_lines_and_not_the_module
     assert f"\n    job_id: {job_id}\n" in shown and "\n    state: FAILED\n" in shown, shown
     assert result_keys(shown) == ["changed", "collected", "exit_code", "final", "job_id", "msg", "name", "outcome",
                                   "state"], shown
-    assert "end_marker" not in shown and "run-dir-" not in shown, shown
+    assert "end_marker" not in shown and ".ended" not in shown, shown  # the marker, by key or by its file
 
 
 def test_an_unquoted_value_with_spaces_is_told_how_to_quote(cluster, tmp_path):

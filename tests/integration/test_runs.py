@@ -184,9 +184,10 @@ def test_two_variants_of_one_name_launched_together_each_train_in_a_run_of_their
 
 
 def test_a_run_taken_by_another_launch_at_the_same_moment_gets_a_script_for_the_run_it_takes(cluster, tmp_path):
-    """The job script is rendered on the controller before any run is picked, its run's paths as
-    placeholders; another launch (a callback of the test, as the staging task starts) finishes
-    run 1 first. The launch takes run 2, and its script, log and end marker are run 2's."""
+    """The job script is rendered on the controller before any run is picked, its files named from
+    the run's directory it will run in; another launch (a callback of the test, as the staging task
+    starts) finishes run 1 first. The launch takes run 2, and its script, log and end marker are
+    run 2's."""
     name = unique_job_name("race")
     plant = {"ANSIBLE_CALLBACK_PLUGINS": str(REPO / "tests" / "integration" / "callback_plugins"),
              "ANSIBLE_CALLBACKS_ENABLED": "plant_finished_run",
@@ -198,6 +199,8 @@ def test_a_run_taken_by_another_launch_at_the_same_moment_gets_a_script_for_the_
     assert (job["state"], job["run"], job["run_line"]) == (
         "COMPLETED", 2, "fresh run 2 (run 1 is another request: it recorded no request)")
     script = (run_dir(cluster, name, 2) / f"{name}.sbatch").read_text()
-    assert f"/jobs/alice/{name}/runs/2/" in script and "/runs/1/" not in script and "-dir-" not in script
+    # The script names its files from the directory it runs in: the run taken, 2.
+    assert "/runs/" not in script and "--output=%x-%j.out" in script
+    assert job["stdout_path"].endswith(f"/jobs/alice/{name}/runs/2/{name}-{job['job_id']}.out"), job["stdout_path"]
     assert (run_dir(cluster, name, 2) / f".{job['job_id']}.ended").exists(), "the job wrote run 2's end marker"
     assert sorted(p.name for p in run_dir(cluster, name, 1).iterdir()) == ["run.json"], "nothing went into run 1"

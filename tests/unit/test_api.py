@@ -18,8 +18,7 @@ ROLE = PROJECT_ROOT / "roles" / "slurm_launch"
 TRAINER = str(PROJECT_ROOT / "examples" / "train_ddp.py")
 
 # The rules as the playbook imports them.
-from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as extra_vars  # noqa: E402
-from ansible_collections.hpc.slurm_train.plugins.filter import train_job  # noqa: E402
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request  # noqa: E402
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params  # noqa: E402
 
 
@@ -34,9 +33,9 @@ def nothing_runs(monkeypatch):
 def playbook_unknown_message(given, prefixed):
     """The slurm_launch_extra_vars task's message for these -e keys, from the launch's parameter table."""
     aliases, options = list(launch_params.ALIASES), set(launch_params.NAMES)
-    unknown = extra_vars.unknown_keys(sorted(given), aliases, options)
+    unknown = launch_request.unknown_keys(sorted(given), aliases, options)
     assert unknown, "the test's keys must include an unknown one"
-    return extra_vars.unknown_keys_message(unknown, aliases, options, ("cluster_", "ansible_"), prefixed)
+    return launch_request.unknown_keys_message(unknown, aliases, options, ("cluster_", "ansible_"), prefixed)
 
 
 def test_a_misspelt_key_raises_the_playbooks_message_with_its_suggestion(nothing_runs):
@@ -82,12 +81,10 @@ def test_a_bad_value_raises_the_job_value_problems_message(nothing_runs, given, 
         slurm_train.launch(script=TRAINER, nodes="node110", **given)
     # What derive.yml's check gives for this request: the filter's problems, joined, with a '.'.
     values = {key: value, "script": TRAINER, "job_name": given.get("job_name", "train_ddp")}
-    problems = train_job.value_problems(values)
+    problems = launch_request.value_problems(values)
     assert problems, "the value must be one the rule refuses"
     assert str(raised.value) == f"{'; '.join(problems)}."
 
-
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep  # noqa: E402
 
 
 @pytest.mark.parametrize("given", [
@@ -100,7 +97,7 @@ def test_a_bad_sweep_raises_the_sweep_problems_message(nothing_runs, given):
     with pytest.raises(ValueError) as raised:
         slurm_train.launch(script=TRAINER, nodes="node110", **given)
     args = given.get("script_args", "").split()
-    problems = sweep.sweep_problems(given.get("sweep", {}), given.get("sweep_parallel", 0), args)
+    problems = launch_request.sweep_problems(given.get("sweep", {}), given.get("sweep_parallel", 0), args)
     assert problems, "the sweep must be one the rule refuses"
     assert str(raised.value) == f"{'; '.join(problems)}."
 

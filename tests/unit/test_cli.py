@@ -23,11 +23,11 @@ def test_launch_help_lists_every_launch_key_with_its_default(capsys):
     text = help_of(capsys, "launch")
     aliases, _ = _rules.known_keys()
     for key in aliases:
-        if key in ("script", "script_args", "all", "cancel", "logs", "preflight"):
+        if key in cli._NOT_OPTIONS:
             continue
         flag = "--" + key.replace("_", "-")
         assert f" {flag} " in text or f" {flag}, --no-" in text, flag
-    assert text.count("(default: ") >= len(aliases) - 6 + 2  # each option, --inventory and --user
+    assert text.count("(default: ") >= len(aliases) - len(cli._NOT_OPTIONS) + 2  # each option, --inventory and --user
     assert "--time-limit TEXT sbatch --time (minutes, or D-HH:MM:SS) (default: 1-00:00:00)" in text
     assert "--account TEXT empty: the user's default account (default: the inventory's cluster_account)" in text
     assert "--inventory PATH, -i PATH the inventory (default: what ansible-playbook uses here: " in text
@@ -78,11 +78,24 @@ def test_a_refused_launch_exits_2_with_the_apis_message(capsys):
 def test_jobs_prints_the_apis_rows_as_a_table(monkeypatch, capsys):
     rows = [{"job": "12", "name": "train_ddp", "run": "1", "state": "COMPLETED", "exit": "0", "nodes": "node110",
              "elapsed": "0:10", "restarts": "0", "cost": "0.0133", "outputs": "outputs/train_ddp-12"}]
-    monkeypatch.setattr(api, "jobs", lambda show_all, **kwargs: rows if show_all is True else [])
+    monkeypatch.setattr(api, "listing", lambda show_all, **kwargs: api.Listing(rows if show_all is True else [], []))
     assert cli.main(["jobs", "--all"]) == 0
     header, line = capsys.readouterr().out.splitlines()
     assert header.split() == list(_rules.runs.COLUMNS)
     assert line.split() == list(rows[0].values())
+
+
+def test_jobs_lists_the_bad_nodes_after_the_table_and_forget_node_clears_one(monkeypatch, capsys):
+    bad = [{"node": "node111", "line": "node111: NODE_FAIL in job 12 at 2026-12-07 05:50 UTC, kept out until ..."}]
+    monkeypatch.setattr(api, "listing", lambda show_all, **kwargs: api.Listing([], bad))
+    assert cli.main(["jobs"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "", "bad nodes, kept out of your jobs (slurm-train forget-node NODE clears one):", f"  {bad[0]['line']}"]
+    asked = []
+    monkeypatch.setattr(api, "forget_node", lambda node, **kwargs: asked.append((node, kwargs)) or bad[0]["line"])
+    assert cli.main(["forget-node", "node111", "--user", "bob"]) == 0
+    assert asked == [("node111", {"inventory": None, "user": "bob"})]
+    assert capsys.readouterr().out == f"forgot {bad[0]['line']}\n"
 
 
 def test_logs_and_cancel_are_one_api_call_each(monkeypatch, capsys):
@@ -196,7 +209,8 @@ def test_a_misspelt_option_with_a_long_value_is_still_named(capsys, monkeypatch)
 def test_the_command_line_is_read_from_sys_argv(monkeypatch):
     monkeypatch.setattr("sys.argv", ["slurm-train", "jobs", "--all"])
     shown = []
-    monkeypatch.setattr(api, "jobs", lambda show_all, **kwargs: shown.append(show_all) or [])
+    monkeypatch.setattr(api, "listing",
+                        lambda show_all, **kwargs: shown.append(show_all) or api.Listing(jobs=[], bad_nodes=[]))
     assert cli.main() == 0 and shown == [True]
 
 

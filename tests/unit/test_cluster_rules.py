@@ -41,8 +41,8 @@ def test_an_empty_path_passes_only_where_allowed():
 
 def test_the_cuda_home_the_cuda_role_installs_is_one_the_launch_takes():
     # The cuda_toolkit role's own path rule (roles/cuda_toolkit/vars/main.yml) takes '+'; so does the launch now.
-    from ansible_collections.hpc.slurm_train.plugins.filter import train_job
-    assert train_job.value_problems({"cuda_home": "/nas/cuda/cuda-12.1+extras"}) == []
+    from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request
+    assert launch_request.value_problems({"cuda_home": "/nas/cuda/cuda-12.1+extras"}) == []
 
 
 def test_node_groups_are_the_groups_of_compute_nodes_only():

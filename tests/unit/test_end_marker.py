@@ -74,6 +74,14 @@ def test_a_marker_already_seen_by_an_earlier_slice_is_no_news(tmp_path, clock):
     assert (clock.now - 1000.0, marker.hurry()) == (pytest.approx(1.0), False)
 
 
+def test_a_marker_written_between_two_slices_is_the_jobs_end(tmp_path, clock):
+    """The earlier slice saw no marker; one there as this slice starts came after it: no 60 s poll."""
+    (tmp_path / ".7.ended").write_text("91\n")
+    marker = slurm_job.EndMarker(str(tmp_path / ".%j.ended"), 7, seen=None, carried=True)
+    assert marker.wait(60) is True and clock.now == 1000.0
+    assert marker.hurry() is True
+
+
 def test_without_a_marker_the_wait_is_the_plain_interval(clock):
     marker = slurm_job.EndMarker(None, 1)
     marker.wait(0.3)

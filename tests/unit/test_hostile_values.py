@@ -6,15 +6,14 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as extra_vars
-from ansible_collections.hpc.slurm_train.plugins.filter import train_job
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils.script_path import script_path
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.launch_request import script_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def problems(**values):
-    return train_job.value_problems(values)
+    return launch_request.value_problems(values)
 
 
 @pytest.mark.parametrize("limit", ["0", "90", 90, "90:30", "2:00:00", "1-12", "1-12:30", "1-12:30:15", "14-00:00:00",
@@ -32,7 +31,7 @@ def test_other_time_limits_are_refused_naming_the_formats(limit):
 
 @pytest.mark.parametrize("name", ["train", "sweep_lr.0.1", "...", ".x"])
 def test_job_names_that_are_safe_file_names_are_accepted(name):
-    assert problems(job_name=name, job_dir=f"/nas/jobs/{name}", end_marker=f"/nas/jobs/{name}/.%j.ended") == []
+    assert problems(job_name=name, job_dir=f"/nas/jobs/{name}", end_marker=".%j.ended") == []
 
 
 @pytest.mark.parametrize("name", [".", "..", "a b", "a/b", "it's", 'a"b', "x" * 129, "", 5, None])
@@ -48,8 +47,20 @@ def test_jobs_dirs_that_are_not_plain_absolute_paths_are_refused(path):
 
 
 def test_the_derived_job_dir_names_the_jobs_dir_setting():
-    [message] = problems(job_name="train", job_dir="/tmp/a b/train", end_marker="/tmp/a b/train/.%j.ended")
+    [message] = problems(job_name="train", job_dir="/tmp/a b/train", end_marker=".%j.ended")
     assert message.startswith("job_dir='/tmp/a b/train' is not allowed: the jobs directory (slurm_launch_jobs_dir)")
+
+
+@pytest.mark.parametrize("marker", ["/nas/jobs/train/.%j.ended", "../.%j.ended", "$SLURM_SUBMIT_DIR/.%j", "a b", ".."])
+def test_the_end_mark_is_a_file_of_the_run_directory(marker):
+    [message] = problems(job_name="train", end_marker=marker)
+    assert message == (f"end_marker={marker!r} is not allowed: a file name of the run's directory (letters, digits, "
+                       "'_', '.', '+', '-') ('%j' is the job id)")
+
+
+def test_the_gpu_check_is_a_plain_absolute_path_or_a_file_of_the_run_directory():
+    assert problems(gpu_check="gpu_check.py") == [] and problems(gpu_check="/nas/templates/gpu_check.py") == []
+    assert problems(gpu_check="../gpu_check.py")[0].startswith("gpu_check='../gpu_check.py' is not allowed")
 
 
 @pytest.mark.parametrize("key", ["cuda_home", "conda_root", "venv", "nccl_env_dir"])
@@ -60,7 +71,7 @@ def test_paths_the_job_script_reads_are_plain_absolute_paths(key):
 
 @pytest.mark.parametrize("key, good, bad", [
     ("account", "proj-1.a_b", "a;b"), ("account", "", "x\nrm -rf ~"), ("partition", "gpu_A6000", "a b"),
-    ("partition", "gpu_A6000", ""), ("conda_env", "magicdrivedit", "$(id)"), ("conda_env", "", "-x"),
+    ("partition", "", "-p"), ("conda_env", "magicdrivedit", "$(id)"), ("conda_env", "", "-x"),
     ("nodelist", "node[110-111],gpu07", "node1;id"), ("rendezvous", "c10d", "etcd"),
 ])
 def test_names_in_sbatch_lines_and_commands(key, good, bad):
@@ -102,6 +113,13 @@ def test_extra_directives_may_not_send_the_job_to_another_cluster(directive):
         "belongs to it"]
 
 
+@pytest.mark.parametrize("directive", ["--chdir=/tmp", "--chdir /tmp", "-D /tmp", "-D/tmp"])
+def test_extra_directives_may_not_move_the_job_out_of_its_run_directory(directive):
+    assert problems(extra_directives=[directive]) == [
+        f"extra_directives={directive!r} is not allowed: a launch's job runs in its run's directory, which holds its "
+        "log, checkpoints and end record; the training may change directory itself"]
+
+
 def test_options_that_only_look_like_clusters_are_not_refused():
     assert problems(extra_directives=["--cluster-constraint=fast", "--mem=4G", "--mail-type=END"]) == []
 
@@ -115,7 +133,8 @@ def test_script_and_arguments_may_hold_anything_but_nul_and_control_characters_i
     args = ["a b", "it's", 'say "hi"', "$(id)", "`id`", "a;b", "", "multi\nline"]
     assert problems(script="/nas/a dir/it's \"x\".py", script_args=args) == []
     assert problems(script="/nas/x\n.py")[0].startswith("script='/nas/x\\n.py' is not allowed")
-    assert problems(script="train.py")[0].startswith("script='train.py' is not allowed: an absolute path")
+    # The job's script, from the run's directory it runs in.
+    assert problems(script="../../code/0123456789abcdef0123/train.py") == []
     assert problems(script_args=["a\0b"]) == [
         "script_args='a\\x00b' is not allowed: each argument is text without NUL or carriage return characters "
         "(sbatch refuses a job script with a CRLF)"]
@@ -144,9 +163,9 @@ def test_a_script_path_that_is_no_path_is_refused(given):
 
 
 def test_an_unknown_key_gets_the_closest_known_one_and_the_known_keys():
-    message = extra_vars.unknown_keys_message(["nods", "zzz"], ["nodes", "wait"], {"slurm_launch_wait"},
+    message = launch_request.unknown_keys_message(["nods", "zzz"], ["nodes", "wait"], {"slurm_launch_wait"},
                                               ("cluster_", "ansible_"), ["cluster_nas_root"])
     assert message == ("Unknown -e keys: -e nods (did you mean 'nodes'?); -e zzz. A launch reads: nodes, wait; "
                        "the role's options slurm_launch_wait; and any variable starting with cluster_, ansible_.")
-    assert "did you mean 'cluster_nas_root'?" in extra_vars.unknown_keys_message(
+    assert "did you mean 'cluster_nas_root'?" in launch_request.unknown_keys_message(
         ["clustr_nas_root"], [], set(), ("cluster_",), ["cluster_nas_root"])

@@ -19,7 +19,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.hpc.slurm_train.plugins.modules import job_dir
 from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs
 
-from ansible_collections.hpc.slurm_train.plugins.action import job_dir as action
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_job as staging
 
 OTHER_UID = 4242  # a user who is not the one running the tests
 
@@ -118,9 +118,9 @@ def test_the_archive_is_extracted_into_place_with_the_directorys_permissions(tmp
     (source / "run.sh").write_text("#!/bin/sh\n")
     (source / "run.sh").chmod(0o755)
     (source / "pkg" / "util.py").write_text("X = 1\n")
-    files, _, _ = action.list_code(str(source))
+    files, _, _ = staging.list_code(str(source))
     archive = tmp_path / "code.tar.gz"
-    action.pack(files, lambda name: str(source / name), str(archive))
+    staging.pack(files, lambda name: str(source / name), str(archive))
     result = run(tmp_path, code_hash="ab12cd34", code_archive=str(archive), mode="0750")
     code = Path(result["code_dir"])
     assert result["code_copied"] and (code / "pkg" / "util.py").read_text() == "X = 1\n"
@@ -161,7 +161,7 @@ def test_in_a_git_work_tree_tracked_and_untracked_files_are_staged_but_not_ignor
     git(tree, "commit", "-q", "-m", "one")
     (tree / "code" / "new.py").write_text("untracked\n")
     (tree / "code" / "link.py").symlink_to("/etc/passwd")
-    files, skipped, facts = action.list_code(str(tree / "code"))
+    files, skipped, facts = staging.list_code(str(tree / "code"))
     assert [name for name, _ in files] == ["new.py", "train.py"]
     assert skipped == ["link.py"], "a link may point outside the code: not followed"
     assert facts["source"] == "git" and len(facts["git_commit"]) == 40 and facts["git_dirty"] is True
@@ -173,8 +173,8 @@ def test_the_hash_follows_content_names_and_the_execute_bit_only(tmp_path):
     (code / "a.py").write_text("x\n")
 
     def digest():
-        files, _, _ = action.list_code(str(code))
-        return action.content_hash(files, lambda name: str(code / name))
+        files, _, _ = staging.list_code(str(code))
+        return staging.content_hash(files, lambda name: str(code / name))
     first = digest()
     os.utime(code / "a.py", (1, 1))
     assert digest() == first, "a touched file is the same code"
@@ -288,9 +288,9 @@ def pack_tree(tmp_path, files, executable=()):
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(text)
         (source / name).chmod(0o755 if name in executable else 0o644)
-    listed, _, _ = action.list_code(str(source))
+    listed, _, _ = staging.list_code(str(source))
     archive = tmp_path / "code.tar.gz"
-    action.pack(listed, lambda name: str(source / name), str(archive))
+    staging.pack(listed, lambda name: str(source / name), str(archive))
     return archive
 
 
@@ -601,16 +601,17 @@ def test_check_mode_and_a_probe_predict_the_files_and_write_none(tmp_path, jobs)
     assert not (jobs / user() / "train" / "runs" / "1" / "gpu_check.py").exists()
 
 
-# A job script rendered before its run is known: the placeholders of a launch's render.
-RUN_WORD, CODE_WORD = "/run-dir-0123456789abcdef", "/code-dir-0123456789abcdef"
+# A job script as a launch renders it, before its run is known: its files named from the run's
+# directory it runs in, the code by its hash from there.
 PLACED = {"name": "train.sbatch", "mode": "0600",
-          "content": f"#SBATCH --output={RUN_WORD}/%x-%j.out\npython {CODE_WORD}/train.py > {RUN_WORD}/.%j.ended\n"}
-WORDS = {"run_dir": RUN_WORD, "code_dir": CODE_WORD}
+          "content": f"#SBATCH --output=%x-%j.out\npython {job_dirs.code_dir_from_run('ab12cd34')}/train.py > "
+                     f"{job_dirs.END_MARKER_NAME}\n"}
 
 
-def test_the_placeholders_are_filled_in_for_the_run_a_concurrent_launch_left_over(tmp_path, jobs, monkeypatch):
+def test_a_launchs_script_goes_into_the_run_a_concurrent_launch_left_over_and_finds_its_code(tmp_path, jobs,
+                                                                                              monkeypatch):
     """Another launch takes run 2 between this one's look at the runs and its mkdir: this one's
-    script is written into run 3, naming run 3, in the same module run."""
+    script is written into run 3, as it was rendered, and names the code staged from there."""
     ended(jobs, 1, "COMPLETED")
     real_mkdir = os.mkdir
 
@@ -621,48 +622,36 @@ def test_the_placeholders_are_filled_in_for_the_run_a_concurrent_launch_left_ove
 
     monkeypatch.setattr(job_dirs.os, "mkdir", racing_mkdir)
     result = run(tmp_path, resume="auto", code_hash="ab12cd34", code_archive=str(pack_tree(tmp_path, {"train.py": "x\n"})),
-                 files=[PLACED], placeholders=WORDS)
+                 files=[PLACED])
     run_dir = jobs / user() / "train" / "runs" / "3"
-    assert (result["run_id"], result["files_written"]) == (3, ["train.sbatch"])
-    assert (run_dir / "train.sbatch").read_text() == (
-        f"#SBATCH --output={run_dir}/%x-%j.out\npython {result['code_dir']}/train.py > {run_dir}/.%j.ended\n")
+    assert (result["run_id"], result["run_dir"], result["files_written"]) == (3, str(run_dir), ["train.sbatch"])
+    assert (run_dir / "train.sbatch").read_text() == PLACED["content"]
+    assert (run_dir / job_dirs.code_dir_from_run("ab12cd34") / "train.py").resolve() == \
+        Path(result["code_dir"], "train.py").resolve()
     assert list((jobs / user() / "train" / "runs" / "2").iterdir()) == []
 
 
-def test_check_mode_fills_the_placeholders_of_the_planned_run_and_compares_with_what_is_there(tmp_path, jobs):
-    run(tmp_path, resume="auto", files=[PLACED], placeholders=WORDS)
+def test_check_mode_compares_the_script_with_what_the_planned_run_has(tmp_path, jobs):
+    run(tmp_path, resume="auto", files=[PLACED])
     predicted = job_dir.run(FakeModule(check_mode=True, jobs_root=str(jobs), job_name="train", resume="1",
-                                       files=[PLACED], placeholders=WORDS))
-    assert (predicted["run_id"], predicted["files_written"]) == (1, []), "the same script, filled in alike"
-
-
-@pytest.mark.parametrize("words, message", [
-    ({"run_dir": "/short"}, r"placeholders: run_dir='/short' must be a word of 16 characters or more"),
-    ({"run_dir": RUN_WORD, "code_dir": RUN_WORD + "/x"}, r"placeholders: run_dir=.* that no other placeholder contains"),
-    ({"job_dir": RUN_WORD}, r"placeholders: job_dir unknown; give run_dir, code_dir, partition"),
-    # The job_dir module runs no sinfo: nothing would fill it in.
-    ({"partition": "partition-0123456789abcdef"}, r"placeholders: partition stands for the partition the job's nodes"),
-])
-def test_placeholders_that_could_occur_by_chance_are_refused_before_anything_is_made(tmp_path, jobs, words, message):
-    with pytest.raises(job_dirs.Refused, match=message):
-        run(tmp_path, resume="auto", files=[PLACED], placeholders=words)
-    assert list(jobs.iterdir()) == []
+                                       files=[PLACED]))
+    assert (predicted["run_id"], predicted["files_written"]) == (1, []), "the same script"
 
 
 def test_missing_code_without_its_archive_stops_before_a_run_is_taken(tmp_path, jobs):
     """The action plugin sends the archive and runs the module again: the first run must not have
     taken a run (the second would then resume it as unfinished) nor written a script."""
-    first = run(tmp_path, resume="auto", code_hash="ab12cd34", files=[PLACED], placeholders=WORDS)
+    first = run(tmp_path, resume="auto", code_hash="ab12cd34", files=[PLACED])
     assert (first["code_present"], first["run_id"], first["files_written"]) == (False, None, [])
     assert not (jobs / user() / "train" / "runs").exists()
-    second = run(tmp_path, resume="auto", code_hash="ab12cd34", files=[PLACED], placeholders=WORDS,
+    second = run(tmp_path, resume="auto", code_hash="ab12cd34", files=[PLACED],
                  code_archive=str(pack_tree(tmp_path, {"train.py": "x\n"})))
     assert (second["code_copied"], second["run_id"], second["resumed"], second["files_written"]) == \
         (True, 1, False, ["train.sbatch"])
 
 
 def test_a_missing_expected_file_makes_nothing(tmp_path, jobs):
-    result = run(tmp_path, resume="auto", files=[PLACED], placeholders=WORDS,
+    result = run(tmp_path, resume="auto", files=[PLACED],
                  expect_files=[str(tmp_path / "nccl-gpu.sh")])
     assert (result["missing_files"], result["changed"], result["made"]) == ([str(tmp_path / "nccl-gpu.sh")], False, [])
     assert list(jobs.iterdir()) == []

@@ -29,6 +29,7 @@ from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs
 from conftest import PROJECT_ROOT
 
 from ansible_collections.hpc.slurm_train.plugins.action import job_dir as action
+from ansible_collections.hpc.slurm_train.plugins.action import slurm_job as staging
 
 MB = 1024 * 1024
 
@@ -117,7 +118,7 @@ def test_small_code_goes_with_the_first_run_and_needs_no_transfer(tmp_path, monk
 
 def test_code_over_the_inline_limit_is_sent_as_a_file_only_when_missing(tmp_path, monkeypatch):
     code = code_tree(tmp_path, {"train.py": "a\n", "weights.bin": os.urandom(2048)})
-    monkeypatch.setattr(action, "INLINE_MAX_BYTES", 1024)
+    monkeypatch.setattr(staging, "INLINE_MAX_BYTES", 1024)
     launch = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"))
     result = launch.run()
     assert result.get("failed") is None and result["code"]["copied"]
@@ -127,7 +128,7 @@ def test_code_over_the_inline_limit_is_sent_as_a_file_only_when_missing(tmp_path
 def test_missing_code_is_sent_once_and_the_task_names_the_staged_script(tmp_path, monkeypatch):
     code = code_tree(tmp_path, {"train.py": "print('hi')\n", "run.sh": "#!/bin/sh\n", "pkg/util.py": "X = 1\n"},
                      executable={"run.sh"})
-    monkeypatch.setattr(action, "INLINE_MAX_BYTES", 0)  # the path of code too large to go inline
+    monkeypatch.setattr(staging, "INLINE_MAX_BYTES", 0)  # the path of code too large to go inline
     launch = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"), mode="0750")
     result = launch.run()
     assert result.get("failed") is None, result.get("msg")
@@ -255,7 +256,7 @@ def test_a_refusal_of_the_module_is_the_tasks_failure_and_nothing_is_sent(tmp_pa
 
 def test_a_refusal_of_the_extraction_is_the_tasks_failure(tmp_path, monkeypatch):
     code = code_tree(tmp_path, {"train.py": "a\n"})
-    monkeypatch.setattr(action, "INLINE_MAX_BYTES", 0)  # the file transfer is where the plant happens
+    monkeypatch.setattr(staging, "INLINE_MAX_BYTES", 0)  # the file transfer is where the plant happens
     launch = Launch(tmp_path, monkeypatch, code_dir=str(code), script=str(code / "train.py"))
     put = launch.host.put_file
     job = launch.jobs / job_dirs.owner_name(os.geteuid()) / "train"
@@ -282,14 +283,14 @@ def test_the_hash_of_a_tree_is_the_same_as_in_earlier_releases(tmp_path):
     # Pinned: a change of the hash's make-up would copy every user's unchanged code again. It is the
     # first 20 hex digits of sha256 over "<name>\0<x or ->\0<sha256 of the content>\n" per file.
     code = code_tree(tmp_path, {"train.py": "print('hi')\n", "run.sh": "#!/bin/sh\n"}, executable={"run.sh"})
-    files, _, _ = action.list_code(str(code))
-    assert action.content_hash(files, lambda name: str(code / name)) == "13c4c11459f0953fd18f"
+    files, _, _ = staging.list_code(str(code))
+    assert staging.content_hash(files, lambda name: str(code / name)) == "13c4c11459f0953fd18f"
 
 
 def test_the_archive_holds_plain_files_and_scripts_with_the_modes_tar_shows_for_them(tmp_path):
     code = code_tree(tmp_path, {"train.py": "a\n", "run.sh": "#!/bin/sh\n"}, executable={"run.sh"})
-    files, _, _ = action.list_code(str(code))
-    action.pack(files, lambda name: str(code / name), str(tmp_path / "code.tar.gz"))
+    files, _, _ = staging.list_code(str(code))
+    staging.pack(files, lambda name: str(code / name), str(tmp_path / "code.tar.gz"))
     with tarfile.open(tmp_path / "code.tar.gz") as tar:
         assert {m.name: (m.mode, m.isfile()) for m in tar.getmembers()} == \
             {"run.sh": (0o755, True), "train.py": (0o644, True)}
@@ -309,7 +310,7 @@ def test_skipped_directories_and_deleted_files_of_a_work_tree_are_not_staged(tmp
     git(code, "add", "-f", "-A")
     git(code, "commit", "-q", "-m", "one")
     (code / "a_gone.py").unlink()
-    files, skipped, facts = action.list_code(str(code))
+    files, skipped, facts = staging.list_code(str(code))
     assert ([name for name, _ in files], skipped, facts["source"]) == (["pkg/m.py", "train.py"], [], "git")
 
 
@@ -317,6 +318,6 @@ def test_outside_a_work_tree_skipped_directories_and_a_stale_git_file_are_not_st
     # A .git file is what a worktree leaves; once its repository is gone, git answers nothing.
     code = code_tree(tmp_path, {".git": "gitdir: /nowhere/.git/worktrees/x\n", "train.py": "2\n",
                                 ".venv/lib.py": "3\n", "outputs/log.txt": "4\n", "pkg/m.py": "5\n"})
-    files, skipped, facts = action.list_code(str(code))
+    files, skipped, facts = staging.list_code(str(code))
     assert ([name for name, _ in files], skipped, facts) == \
         (["pkg/m.py", "train.py"], [], {"git_commit": "", "git_dirty": False, "source": "directory"})

@@ -368,3 +368,42 @@ def test_a_write_that_fails_leaves_no_temporary_file_and_raises_its_own_error(tm
     with pytest.raises(OSError) as raised:
         collect(tmp_path, finished(nas, elapsed_seconds=99))
     assert raised.value.errno == errno.EIO
+
+
+GATE = {"restart": 0, "seconds": 9.1, "slow_factor": 1.5, "action": "fail",
+        "message": "not training on node111: the node list was given, so the job cannot leave it out",
+        "nodes": {"node110": {"seconds": 0.25, "device": "cpu"}, "node111": {"seconds": 2.61, "device": "cpu"}},
+        "allreduce": {"backend": "gloo", "bytes": 1048576, "time_us": 3650.2, "wrong": 0},
+        "named": [{"node": "node111", "reason": "HEALTH", "seconds": 2.61, "median_seconds": 0.25, "ratio": 10.44,
+                   "why": "slow: matmul 2.610 s against 0.250 s, the median of the other nodes (10.44x, over 1.5x)"}],
+        "summary": "restart 0: failed in 9.1 s (2 nodes, matmul 0.250-2.610 s, all-reduce 1 MiB 3.7 ms (gloo)): not "
+                   "training on node111: the node list was given, so the job cannot leave it out; node111 slow: matmul "
+                   "2.610 s against 0.250 s, the median of the other nodes (10.44x, over 1.5x)"}
+
+
+def test_the_health_gate_is_in_the_record_the_summary_and_the_failure(tmp_path, nas):
+    passed = {**GATE, "action": "pass", "message": "passed", "named": [], "seconds": 3.0,
+              "summary": "restart 0: passed in 3.0 s (2 nodes, matmul 0.250-2.610 s, all-reduce 1 MiB 3.7 ms (gloo))"}
+    job = finished(nas, state="FAILED", outcome="failed", exit_code=94, health=[passed, GATE],
+                   log_tail=["health gate failed (the reasons above): not training"])
+    _, failure, _, shown = collect(tmp_path, job)
+    record = json.loads((tmp_path / "outputs" / "train-7" / "job.json").read_text())
+    assert record["health"] == [passed, GATE]
+    slow = ("restart 0: failed in 9.1 s (2 nodes, matmul 0.250-2.610 s, all-reduce 1 MiB 3.7 ms (gloo)): not training "
+            "on node111: the node list was given, so the job cannot leave it out; node111 slow: matmul 2.610 s against "
+            "0.250 s, the median of the other nodes (10.44x, over 1.5x)")
+    assert [line for line in shown.lines if line.startswith("health ")] == [
+        "health     restart 0: passed in 3.0 s (2 nodes, matmul 0.250-2.610 s, all-reduce 1 MiB 3.7 ms (gloo))",
+        f"health     {slow}"]
+    assert failure.splitlines()[0].endswith(f"exit code 94; health gate: {slow}; outputs in {tmp_path / 'outputs' / 'train-7'}")
+
+
+def test_a_gate_record_is_shown_made_visible_and_without_its_line_by_its_verdict(tmp_path, nas):
+    job = finished(nas, health=[{**GATE, "summary": "restart 0: failed: node\x1b[2Jx"},
+                                {**GATE, "restart": 1, "action": "pass", "summary": None}])
+    assert job_outputs.health_lines(job) == ["restart 0: failed: node\\x1b[2Jx", "restart 1: pass"]
+
+
+def test_a_job_without_the_gate_has_no_health_rows(tmp_path, nas):
+    _, _, _, shown = collect(tmp_path, finished(nas))
+    assert not [line for line in shown.lines if line.startswith("health")]

@@ -32,7 +32,7 @@ def job(**overrides):
         "conda_root": "/starmap/nas/anaconda3", "conda_env": "magicdrivedit", "venv": "",
         "nccl_env_file": "/starmap/nas/env/nccl-gpu_A6000.sh", "env": {}, "rendezvous": "static", "master_port": 0,
         "script": "/starmap/nas/code/train.py", "script_args": [], "gpu_check": "/starmap/nas/jobs/alice/train/gpu_check.py",
-        "end_marker": "/starmap/nas/jobs/magicdrive/.%j.ended",
+        "end_marker": ".%j.ended",
     }
     base.update(overrides)
     return base
@@ -115,7 +115,7 @@ def in_dir(tmp_path, **overrides):
                   "conda_env": "", "nccl_env_file": str(env_file), "gpu_check": "", "master_port": 29400, **overrides})
 
 
-def run_with_standins(tmp_path, script, exit_code=0, keep_srun=False, **slurm_env):
+def run_with_standins(tmp_path, script, exit_code=0, keep_srun=False, cwd=None, **slurm_env):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, text in STANDINS.items():
@@ -128,7 +128,7 @@ def run_with_standins(tmp_path, script, exit_code=0, keep_srun=False, **slurm_en
            "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "magicdrive", "SLURM_JOB_NUM_NODES": "2",
            "SLURM_JOB_NODELIST": "node[110-111]", "HOME": str(tmp_path), **slurm_env}
     proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True,
-                          timeout=30)
+                          timeout=30, cwd=cwd)
     record = tmp_path / "argv.json"
     return proc, json.loads(record.read_text()) if record.exists() else None
 
@@ -218,6 +218,24 @@ def test_the_jobs_exit_code_is_the_trainings(tmp_path, code):
     assert (tmp_path / ".4242.ended").read_text() == f"{code}\n", "the end marker a launch watches for"
     # The run's end record, which the next launch of the name reads (library/job_dir.py).
     assert json.loads((tmp_path / "run.json").read_text()) == {"job_id": 4242, "state": "FAILED", "exit_code": code}
+
+
+def test_a_launchs_job_names_its_files_from_the_directory_sbatch_ran_in(tmp_path):
+    """A launch renders the job before its run is taken: its log, end mark and records go to the
+    directory Slurm runs it in (its working directory, PWD), the training from the code named from
+    there, and a partition not given is no directive (the submission adds the one the nodes share)."""
+    run_dir = tmp_path / "runs" / "1"
+    run_dir.mkdir(parents=True)
+    script = render(in_dir(tmp_path, job_dir="", end_marker=".%j.ended", partition="",
+                           script="../../code/ab12cd34/train.py"))
+    assert "--output=%x-%j.out" in directives(script)
+    assert not any(line.startswith("--partition") for line in directives(script))
+    (tmp_path / "bin").mkdir()
+    proc, argv = run_with_standins(tmp_path, script, exit_code=3, cwd=run_dir, PWD=str(run_dir))
+    assert proc.returncode == 3, proc.stderr
+    assert argv[-1] == "../../code/ab12cd34/train.py"
+    assert (run_dir / ".4242.ended").read_text() == "3\n" and not (tmp_path / ".4242.ended").exists()
+    assert json.loads((run_dir / "run.json").read_text())["exit_code"] == 3
 
 
 def test_a_fixed_master_port_is_used_as_given(tmp_path):
@@ -512,3 +530,223 @@ def test_an_attempt_cut_by_slurm_without_progress_stops_the_next_one_before_trai
     (tmp_path / "run.json").unlink()
     code, log, calls = run_failing_attempt(tmp_path, restart=1, FAIL_AT="45")
     assert "step=41" in log and code == 1 and "NO_PROGRESS: failed at step 45" in log
+
+
+# Bad nodes: python runs bad_nodes.py (the record) as a recording stand-in, anything else as the training.
+BAD_NODES_PYTHON = ('#!/bin/bash\nif [[ $1 == *bad_nodes.py ]]; then echo "$*" >> "$RECORD.marks"; exit 0; fi\n'
+                    'exec training "$@"\n')
+# sinfo -N -n NODES -o '%N %t': the states the test gives in $NODE_STATES.
+SINFO_STATES = '#!/bin/sh\nprintf "$NODE_STATES"\n'
+
+
+def run_cut_attempt(tmp_path, node_states, hours=24, **env):
+    """The attempt after one Slurm cut (its attempt record and nodes left behind) at checkpoint 40;
+    this one saves step 42 and fails at 45: requeued."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("srun", STANDINS["srun"]), ("training", TRAINING_THAT_FAILS), ("python", BAD_NODES_PYTHON),
+                       ("scontrol", SCONTROL_RECORDING), ("sinfo", SINFO_STATES)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    (tmp_path / "checkpoints").mkdir(exist_ok=True)
+    (tmp_path / "checkpoints" / "checkpoint.json").write_text('{"step": 40}')
+    (tmp_path / ".77.attempt").write_text("30\n")
+    (tmp_path / ".77.attempt-nodes").write_text("node110\nnode111\n")
+    script = render(in_dir(tmp_path, max_restarts=3, bad_nodes_script=f"{tmp_path}/bad_nodes.py",
+                           bad_nodes_root="/nas/jobs", bad_node_hours=hours))
+    (tmp_path / "job.sbatch").write_text(script)
+    record = tmp_path / "record"
+    record.write_text("")
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], capture_output=True, text=True, timeout=30,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "j",
+                               "RECORD": str(record), "SLURM_JOB_NUM_NODES": "2", "EXIT_CODE": "1", "SAVE_AT": "42",
+                               "FAIL_AT": "45", "SLURM_JOB_NODELIST": "node[110-111]", "SLURM_RESTART_COUNT": "1",
+                               "NODE_STATES": node_states, **env})
+    marks = tmp_path / "record.marks"
+    return proc, record.read_text(), marks.read_text() if marks.exists() else ""
+
+
+def test_a_node_down_after_a_cut_attempt_is_marked_and_left_out_of_the_requeue(tmp_path):
+    proc, calls, marks = run_cut_attempt(tmp_path, "node110 down*\\nnode111 alloc\\n")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert marks == f"{tmp_path}/bad_nodes.py mark /nas/jobs node110 NODE_FAIL 24 77\n"
+    assert "bad node node110 (NODE_FAIL): left out of this job's next attempt" in proc.stdout
+    # Slurm takes ExcNodeList only from a pending job: after the requeue, as the script ends.
+    assert calls == "scontrol requeue 77\nscontrol show job 77\nscontrol update JobId=77 ExcNodeList=node110\n"
+    assert "step=41" in proc.stdout, "the attempt trains on the nodes it has"
+    assert (tmp_path / ".77.attempt-nodes").read_text() == "node110\nnode111\n", "this attempt's nodes, for the next"
+
+
+@pytest.mark.parametrize("states, marked", [
+    ("node110 alloc\\nnode111 idle\\n", []),  # preempted or requeued by hand: nothing failed
+    ("node110 drain\\nnode111 idle*\\n", ["node110", "node111"]),
+    ("node110 drng\\nnode111 fail\\n", ["node110", "node111"]),
+])
+def test_only_nodes_slurm_has_down_drained_failing_or_not_responding_are_marked(tmp_path, states, marked):
+    proc, calls, marks = run_cut_attempt(tmp_path, states)
+    assert [line.split()[3] for line in marks.splitlines()] == marked, proc.stdout + proc.stderr
+    assert ("ExcNodeList=" + ",".join(marked) in calls) == bool(marked)
+
+
+def test_without_hours_to_keep_it_a_bad_node_is_left_out_of_the_requeue_but_not_recorded(tmp_path):
+    proc, calls, marks = run_cut_attempt(tmp_path, "node111 down*\\n", hours=0)
+    assert marks == "" and "bad_nodes.py" not in (tmp_path / "job.sbatch").read_text()
+    assert calls.endswith("scontrol update JobId=77 ExcNodeList=node111\n"), proc.stdout + proc.stderr
+
+
+def test_mark_bad_node_refuses_what_is_no_node_or_reason_and_keeps_anothers_exit_trap(tmp_path):
+    script = render(in_dir(tmp_path))
+    functions = script[script.index("bad_nodes=()"):script.index("# Slurm requeues a job on node failure")]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text('#!/bin/sh\ncase "$1 $2" in\n'
+                                      '  "show job") echo "   ReqNodeList=$REQUESTED ExcNodeList=node[1-2] Features=(null)" ;;\n'
+                                      '  "show hostnames") [ "$3" = "node[1-2]" ] && printf "node1\\nnode2\\n" '
+                                      '|| printf "node9\\nnode11\\n" ;;\n'
+                                      '  *) echo "scontrol $*" >> "$RECORD" ;;\nesac\n')
+    (bin_dir / "scontrol").chmod(stat.S_IRWXU)
+    test = (functions + "trap 'echo their exit trap ran' EXIT\n"
+            "mark_bad_node 'node9;reboot' HUNG || echo refused 1\nmark_bad_node node9 TIRED || echo refused 2\n"
+            "mark_bad_node node9 HUNG\nmark_bad_node node9 HEALTH\nmark_bad_node node10 HEALTH\nend_mark=$END_MARK\n")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "5", "RECORD": str(tmp_path / "rec"), "REQUESTED": "(null)"}
+    proc = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=10,
+                          env={**env, "END_MARK": "requeued"})
+    assert "refused 1\n" in proc.stdout and "refused 2\n" in proc.stdout
+    assert "mark_bad_node 'node9;reboot' 'HUNG': give a node name and NODE_FAIL, GPU_CHECK, HUNG or HEALTH" in proc.stderr
+    assert proc.stdout.endswith("the job's next attempt leaves out node[1-2],node9,node10\ntheir exit trap ran\n")
+    assert (tmp_path / "rec").read_text() == "scontrol update JobId=5 ExcNodeList=node[1-2],node9,node10\n"
+    # Not requeued: nothing asked of Slurm after the end marker (a launch waits on Slurm's final word).
+    (tmp_path / "rec").unlink()
+    proc = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=10, env={**env, "END_MARK": "0"})
+    assert proc.stdout.endswith("left out of this job's next attempt\ntheir exit trap ran\n")
+    assert not (tmp_path / "rec").exists()
+    # A job given its nodes by name keeps them: excluded, it could never start again.
+    proc = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=10,
+                          env={**env, "END_MARK": "requeued", "REQUESTED": "node[9,11]"})
+    assert "node9 is in the job's own node list: its next attempt runs there again" in proc.stderr
+    assert (tmp_path / "rec").read_text() == "scontrol update JobId=5 ExcNodeList=node[1-2],node10\n"
+
+
+def test_a_node_that_fails_the_gpu_check_is_marked(tmp_path):
+    script = render(in_dir(tmp_path, gpu_check=f"{tmp_path}/gpu_check.py", gpus_per_node=4,
+                           bad_nodes_script=f"{tmp_path}/bad_nodes.py", bad_nodes_root="/nas/jobs", bad_node_hours=0.5))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    check = ('#!/bin/bash\nif [[ $1 == *gpu_check.py ]]; then\n  echo "gpu-check node110: ok: driver 550"\n'
+             '  echo "gpu-check node111: FAILED: driver none"; echo "gpu-check node111: torch sees 0 GPUs" >&2; exit 1\nfi\n')
+    for name, text in (("srun", STANDINS["srun"]), ("scontrol", SCONTROL_RECORDING),
+                       ("python", BAD_NODES_PYTHON.replace("exec training", check + "exec training"))):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    (tmp_path / "job.sbatch").write_text(script)
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], capture_output=True, text=True, timeout=30,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "RECORD": str(tmp_path / "rec"), "SLURM_JOB_ID": "5",
+                               "SLURM_JOB_NAME": "j", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[110-111]"})
+    assert proc.returncode == 91, proc.stdout + proc.stderr
+    assert "gpu-check node111: torch sees 0 GPUs" in proc.stdout, "the check's reasons stay in the log"
+    assert (tmp_path / "rec.marks").read_text() == f"{tmp_path}/bad_nodes.py mark /nas/jobs node111 GPU_CHECK 0.5 5\n"
+
+
+# The health gate's stand-ins: python as the gate on each node (records its argv), as its judge
+# (records its argv, prints $HEALTH_VERDICT, the line the real judge prints) and as the training;
+# scontrol records what the job asks of Slurm (and answers `show job` with the exclusions set);
+# python as the bad-nodes record (bad_nodes.py mark ROOT NODE REASON ...) records the nodes marked.
+GATE_PYTHON = ('#!/usr/bin/env python3\nimport json, os, sys\n'
+               'record = os.environ["RECORD"]\n'
+               'if sys.argv[1].endswith("bad_nodes.py"):\n'
+               '    open(record + ".bad", "a").write(f"{sys.argv[4]} {sys.argv[5]}\\n")\n'
+               '    sys.exit(0)\n'
+               'if sys.argv[1].endswith("health_check.py"):\n'
+               '    json.dump(sys.argv[1:], open(record + (".judge" if "--judge" in sys.argv else ".gate"), "w"))\n'
+               '    print(os.environ["HEALTH_VERDICT"]) if "--judge" in sys.argv else None\n'
+               '    sys.exit(0)\n'
+               'open(record + ".trained", "w").close()\n')
+GATE_SCONTROL = ('#!/bin/sh\ncase "$1 $2" in\n'
+                 '  "show hostnames") [ "$3" = "node[110-111]" ] && printf "node110\\nnode111\\n" || echo "$3" | tr , "\\n"'
+                 '; exit 0 ;;\n'
+                 '  "show job") echo "   ReqNodeList=(null) ExcNodeList=$(cat "$RECORD.excluded" 2>/dev/null || echo "(null)")"'
+                 '; exit 0 ;;\n'
+                 '  update*) echo "${3#ExcNodeList=}" > "$RECORD.excluded" ;;\nesac\n'
+                 'echo "$*" >> "$RECORD.scontrol"\n')
+
+
+def run_gate(tmp_path, verdict, restart=0, mark=True, **overrides):
+    check = f"{tmp_path}/health_check.py"
+    values = {"health_check": check, "health_slow_factor": 1.5, "health_matmul_size": 0, "max_restarts": 2,
+              "gpus_per_node": 8, "cuda_home": "/nas/cuda/cuda-11.8", **overrides}
+    if mark:
+        values.update(bad_nodes_script=f"{tmp_path}/bad_nodes.py", bad_nodes_root="/nas/jobs", bad_node_hours=24)
+    script = render(in_dir(tmp_path, **values))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("srun", STANDINS["srun"]), ("scontrol", GATE_SCONTROL), ("python", GATE_PYTHON)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    (tmp_path / "job.sbatch").write_text(script)
+    record = tmp_path / "rec"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RECORD": str(record), "HEALTH_VERDICT": verdict,
+           "SLURM_JOB_ID": "5", "SLURM_JOB_NAME": "j", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[110-111]",
+           "SLURM_JOB_PARTITION": "gpu_A6000", "SLURM_RESTART_COUNT": str(restart)}
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True, timeout=30)
+
+    def read(suffix, default=None):
+        path = Path(f"{record}{suffix}")
+        return path.read_text() if path.exists() else default
+    return proc, read
+
+
+def test_a_gate_that_passes_lets_the_attempt_train_after_one_step_over_the_nodes(tmp_path):
+    proc, read = run_gate(tmp_path, "pass -")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert read(".trained") is not None
+    gate = json.loads(read(".gate"))
+    assert gate[0] == f"{tmp_path}/health_check.py"
+    assert gate[1:] == [f"--dir={tmp_path}", "--tag=5", "--gpus-per-node=8", "--cuda-home=/nas/cuda/cuda-11.8",
+                        "--matmul-size=0"]
+    judge = json.loads(read(".judge"))
+    assert judge[1:8] == ["--judge", f"--dir={tmp_path}", "--tag=5", "--nodes=node110,node111", "--slow-factor=1.5",
+                          "--restart=0", "--max-restarts=2"]
+    assert "--partition=gpu_A6000" in judge and "--explicit" in judge, "a node list was given"
+    assert read(".bad") is None and read(".scontrol") is None
+    assert "gpu_check.py" not in (tmp_path / "job.sbatch").read_text(), "the GPU check is the gate's part"
+
+
+def test_a_node_groups_gate_marks_the_slow_node_and_requeues_the_job_without_it(tmp_path):
+    proc, read = run_gate(tmp_path, "requeue node109,node111 node111:HEALTH", nodelist="")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--explicit" not in json.loads(read(".judge"))
+    assert read(".bad") == "node111 HEALTH\n"
+    # Requeued first: Slurm changes the exclusions of a pending job only.
+    assert read(".scontrol").splitlines() == ["requeue 5", "update JobId=5 ExcNodeList=node109,node111"]
+    assert read(".trained") is None
+    assert (tmp_path / ".5.ended").read_text() == "requeued\n"
+    assert not (tmp_path / ".5.attempt").exists(), "the next attempt is no cut one"
+    end = (tmp_path / "attempts-5.tsv").read_text().splitlines()[-1].split("\t")
+    assert (end[0], end[1], end[3]) == ("end", "0", "failed"), "the attempt's time is lost"
+
+
+@pytest.mark.parametrize("verdict, code, said", [
+    ("fail - node111:HEALTH", 94, "health gate failed (the reasons above): not training"),
+    ("fail - node110:GPU_CHECK node111:GPU_CHECK", 91, "GPU check failed (the reasons above, per node): not training"),
+    ("fail - node110:GPU_CHECK node111:HEALTH", 94, "health gate failed (the reasons above): not training"),
+    ("fail -", 94, "health gate failed (the reasons above): not training"),
+    # A judge that printed nothing (it crashed): no verdict is no pass.
+    ("", 94, "health gate failed (the reasons above): not training"),
+])
+def test_a_gate_that_fails_stops_the_job_naming_its_nodes(tmp_path, verdict, code, said):
+    proc, read = run_gate(tmp_path, verdict)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert said in proc.stderr
+    assert read(".trained") is None and read(".scontrol") is None, "not requeued"
+    assert (tmp_path / ".5.ended").read_text() == f"{code}\n"
+    marked = [f"{one.split(':')[0]} {one.split(':')[1]}" for one in verdict.split()[2:]]
+    assert (read(".bad") or "").splitlines() == marked
+
+
+def test_without_mark_bad_node_the_gate_still_requeues(tmp_path):
+    """Without a record of bad nodes (a job of the NAS job templates), the gate requeues all the same."""
+    proc, read = run_gate(tmp_path, "requeue node111 node111:HEALTH", mark=False, nodelist="", health_slow_factor=2.0)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "mark_bad_node" not in proc.stderr, "no 'command not found'"
+    assert read(".scontrol").splitlines() == ["requeue 5", "update JobId=5 ExcNodeList=node111"]
+    assert "--slow-factor=2.0" in json.loads(read(".judge"))

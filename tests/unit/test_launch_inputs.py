@@ -4,8 +4,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.hpc.slurm_train.plugins.modules import slurm_nodes
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_code
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils.shell_words import shell_words
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import job_outputs
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils.launch_request import shell_words
 
 
 @pytest.mark.parametrize("given, names", [
@@ -50,7 +50,7 @@ def test_unbalanced_quotes_are_refused_with_the_value():
 
 
 def test_the_code_line_says_whether_the_code_was_copied_and_from_which_commit():
-    launch_code_line = launch_code.launch_code_line
+    launch_code_line = job_outputs.launch_code_line
     code = {"hash": "9f86a16e3280b3e10aa3", "files": 3, "copied": False, "git_commit": "0123456789abcdef" * 2 + "01234567",
             "git_dirty": True}
     assert launch_code_line(code) == ("code 9f86a16e3280b3e10aa3 (3 files) already on the NAS, not copied, "

@@ -13,7 +13,7 @@ import yaml
 from conftest import PROJECT_ROOT
 
 from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_request
-from ansible_collections.hpc.slurm_train.plugins.filter import train_job
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request
 from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_params
 from slurm_train import api, cli
 
@@ -108,10 +108,10 @@ def test_the_request_keys_and_the_values_given_are_the_tables():
 
 def test_the_jobs_whole_numbers_are_the_tables_ints():
     # The job script's values of the same name as a parameter: a whole number in one is one in both.
-    shared = [key for key in train_job.JOB_KEYS if key in launch_params.PARAMS]
+    shared = [key for key in launch_request.JOB_KEYS if key in launch_params.PARAMS]
     assert len(shared) > 20
     for key in shared:
-        assert (launch_params.PARAMS[key].type == "int") == (key in train_job.INTEGERS), key
+        assert (launch_params.PARAMS[key].type == "int") == (key in launch_request.INTEGERS), key
 
 
 @pytest.mark.parametrize("function", [api.launch, api.preflight])
@@ -132,10 +132,9 @@ def test_the_commands_options_are_the_tables_aliases():
 
 
 def test_the_extra_vars_check_knows_every_name_and_alias():
-    from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as extra_vars
     known = sorted(launch_params.NAMES) + list(launch_params.ALIASES)
-    assert extra_vars.unknown_keys(known, list(launch_params.ALIASES), set(launch_params.NAMES)) == []
-    assert extra_vars.unknown_keys(["wiat"], list(launch_params.ALIASES), set(launch_params.NAMES)) == ["wiat"]
+    assert launch_request.unknown_keys(known, list(launch_params.ALIASES), set(launch_params.NAMES)) == []
+    assert launch_request.unknown_keys(["wiat"], list(launch_params.ALIASES), set(launch_params.NAMES)) == ["wiat"]
 
 
 def test_ansible_checks_the_roles_arguments_before_the_requests_check(tmp_path):

@@ -1,4 +1,4 @@
-"""node_health.py's node_plan: a job's nodes (slurm_nodes' result, from sinfo lines as Slurm
+"""launch_request.py's node_plan: a job's nodes (slurm_nodes' result, from sinfo lines as Slurm
 prints them) checked against the inventory and the request, as nodes.yml asks, in one pass."""
 
 from collections.abc import Mapping
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.hpc.slurm_train.plugins.module_utils import slurm
 
-from ansible_collections.hpc.slurm_train.plugins.filter import node_health
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request
 
 GROUPS = {"all": ["login01", "node110", "node111", "h1"], "ungrouped": [], "login": ["login01"],
           "compute": ["node110", "node111", "h1"], "gpu_A6000": ["node110", "node111"], "gpu_H100": ["h1"]}
@@ -30,7 +30,7 @@ def nodes_info(names, sinfo=SINFO):
 
 
 def plan(names, sinfo=SINFO, hostvars=HOSTVARS, **request):
-    return node_health.node_plan(nodes_info(names, sinfo), hostvars, GROUPS, {**REQUEST, **request})
+    return launch_request.node_plan(nodes_info(names, sinfo), hostvars, GROUPS, {**REQUEST, **request})
 
 
 def test_nodes_that_fit_give_their_group_partition_and_counts():
@@ -125,14 +125,14 @@ def test_each_nodes_variables_are_read_once():
     groups = {"all": names, "compute": names, "big": names}
     sinfo = "".join(f"{name}|big|idle|16|gpu:8\n" for name in names)
     hostvars = CountingHostvars({name: {"cluster_node_cpus": 16, "cluster_node_gpus": 8} for name in names})
-    found = node_health.node_plan(nodes_info(names, sinfo), hostvars, groups, {**REQUEST, "group": "big",
+    found = launch_request.node_plan(nodes_info(names, sinfo), hostvars, groups, {**REQUEST, "group": "big",
                                                                                   "num_nodes": 200})
     assert found["problem"] == "" and found["node_group"] == "big" and found["num_nodes"] == 200
     assert hostvars.reads == {name: 1 for name in names}
 
 
 def inventory_plan(nodes, hostvars=HOSTVARS, **request):
-    return node_health.node_inventory_plan(nodes, hostvars, GROUPS, {**REQUEST, **request})
+    return launch_request.node_inventory_plan(nodes, hostvars, GROUPS, {**REQUEST, **request})
 
 
 def test_the_launchs_plan_from_the_inventory_asks_slurm_nothing_and_lists_what_its_module_run_checks():

@@ -1,16 +1,16 @@
-"""request_checks (the slurm_launch_request action's helper): a request's names and counts checked
-in one pass each."""
+"""launch_request's text_problems and count_problems (the slurm_launch_request action's): a
+request's names and counts checked in one pass each."""
 
 
 import pytest
 
 from conftest import PROJECT_ROOT
 
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils import request_checks
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request
 
 
 def test_text_and_lists_of_text_where_allowed_pass():
-    assert request_checks.text_problems([
+    assert launch_request.text_problems([
         {"key": "nodes", "value": ["node110"], "list_ok": True},
         {"key": "script", "value": "train.py"},
         {"key": "group", "value": ""},
@@ -18,7 +18,7 @@ def test_text_and_lists_of_text_where_allowed_pass():
 
 
 def test_each_value_that_is_not_text_is_named_as_given_with_how_to_give_it():
-    problems = request_checks.text_problems([
+    problems = launch_request.text_problems([
         {"key": "nodes", "value": 110, "hint": " or a list of node names", "list_ok": True},
         {"key": "script", "value": "ok.py"},
         {"key": "partition", "value": ["gpu"]},
@@ -35,7 +35,7 @@ def test_each_value_that_is_not_text_is_named_as_given_with_how_to_give_it():
 
 @pytest.mark.parametrize("value", [0, 2, "3", 65535])
 def test_whole_numbers_within_the_bounds_pass(value):
-    assert request_checks.count_problems([{"key": "master_port", "value": value, "min": 0, "max": 65535}]) == []
+    assert launch_request.count_problems([{"key": "master_port", "value": value, "min": 0, "max": 65535}]) == []
 
 
 @pytest.mark.parametrize("item, message", [
@@ -49,4 +49,4 @@ def test_whole_numbers_within_the_bounds_pass(value):
     ({"key": "job_id", "value": "2 ", "min": 0}, "job_id=2  is not allowed: give a whole number, at least 0."),
 ])
 def test_a_count_out_of_its_bounds_or_not_whole_is_named_with_its_bounds(item, message):
-    assert request_checks.count_problems([item, {"key": "job_id", "value": 1, "min": 0}]) == [message]
+    assert launch_request.count_problems([item, {"key": "job_id", "value": 1, "min": 0}]) == [message]

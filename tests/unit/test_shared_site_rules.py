@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.hpc.slurm_train.plugins.filter import cluster_rules as cluster_rules_filters
-from ansible_collections.hpc.slurm_train.plugins.filter import train_job
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request
 from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 
 
@@ -15,19 +15,19 @@ from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
                                   "SRUN_CPUS_PER_TASK", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH",
                                   "PYTHONSTARTUP"])
 def test_env_names_that_steer_the_shell_slurm_or_python_are_refused_by_name(name):
-    problems = train_job.value_problems({"env": {name: "x", "NCCL_DEBUG": "INFO"}})
+    problems = launch_request.value_problems({"env": {name: "x", "NCCL_DEBUG": "INFO"}})
     assert len(problems) == 1
     assert problems[0].startswith(f"env name={name!r} is not allowed: it steers the job's shell, Slurm")
 
 
 def test_a_carriage_return_in_an_env_value_is_refused_without_repeating_the_value():
-    problems = train_job.value_problems({"env": {"HF_TOKEN": "hf_abc\r\nrm -rf ~"}})
+    problems = launch_request.value_problems({"env": {"HF_TOKEN": "hf_abc\r\nrm -rf ~"}})
     assert problems == ["env HF_TOKEN: its value holds a carriage return (\\r), which sbatch refuses in a job "
                         "script: give it without one"]
     assert "hf_abc" not in problems[0]
-    assert train_job.value_problems({"script_args": ["--x\r\n"]})[0].startswith("script_args='--x\\r\\n'")
+    assert launch_request.value_problems({"script_args": ["--x\r\n"]})[0].startswith("script_args='--x\\r\\n'")
     # A newline alone is carried: the value is quoted.
-    assert train_job.value_problems({"env": {"NOTE": "a\nb"}}) == []
+    assert launch_request.value_problems({"env": {"NOTE": "a\nb"}}) == []
 
 
 @pytest.mark.parametrize("value", ["hf_secret", "a b'c\"$(id)", "multi\nline'", ""])
@@ -123,7 +123,7 @@ def test_env_from_takes_the_controllers_variable(script, monkeypatch):
 
 # Staged code (code/<hash>/) is run again by later launches: it must still be what its hash names.
 from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs  # noqa: E402
-from test_job_dir import action, jobs, pack_tree, run as stage, user  # noqa: E402,F401  (jobs: a fixture)
+from test_job_dir import staging, jobs, pack_tree, run as stage, user  # noqa: E402,F401  (jobs: a fixture)
 
 
 def _real_hash(tmp_path, files):
@@ -131,8 +131,8 @@ def _real_hash(tmp_path, files):
     for name, text in files.items():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(text)
-    listed, _, _ = action.list_code(str(source))
-    return action.content_hash(listed, lambda name: str(source / name))
+    listed, _, _ = staging.list_code(str(source))
+    return staging.content_hash(listed, lambda name: str(source / name))
 
 
 def test_code_changed_in_place_after_staging_is_refused_naming_the_file(tmp_path, jobs):

@@ -22,13 +22,20 @@ def run_slices(slices, connection=None, **args):
     calls = []
 
     def execute_module(module_name, module_args, task_vars):
-        calls.append(module_args)
+        calls.append(flat(module_args))
         return dict(next(answers))
 
     with mock.patch.object(plugin, "_execute_module", side_effect=execute_module), \
             mock.patch.object(action.display, "display"):
         result = plugin.run(task_vars={})
     return result, calls
+
+
+def flat(module_args):
+    """A module run's arguments with its `internal` ones (the action's protocol) beside the others."""
+    assert set(module_args.get("internal", {})) <= set(action.INTERNAL_SPEC)
+    assert not set(module_args) & set(action.INTERNAL_SPEC), "the protocol goes under internal"
+    return {**{key: value for key, value in module_args.items() if key != "internal"}, **module_args.get("internal", {})}
 
 
 def slice_result(state, final, **extra):
@@ -56,15 +63,14 @@ def test_later_slices_follow_the_job_by_id_and_do_not_submit_again():
     assert calls[1]["progress_from"] == {"log_lines": []}
 
 
-def test_later_slices_watch_the_end_marker_the_staging_slice_filled_in_and_keep_what_it_staged():
-    """The task's end_marker names the run's directory by a placeholder word; only the first
-    slice, which takes the run, knows the path (its end_marker result)."""
+def test_later_slices_watch_the_end_marker_of_the_run_the_staging_slice_took_and_keep_what_it_staged():
+    """A launch's task names no end marker: only the first slice, which takes the run, knows where
+    the job will mark its end (its end_marker result)."""
     staged = {"run_id": 2, "run_dir": "/nas/jobs/alice/train/runs/2"}
     result, calls = run_slices(
         [slice_result("RUNNING", False, submitted=True, end_marker="/nas/jobs/alice/train/runs/2/.%j.ended", staged=staged),
-         slice_result("COMPLETED", True, end_marker="/nas/jobs/alice/train/runs/2/.%j.ended", staged=None)],
-        end_marker="/run-dir-0123456789abcdef/.%j.ended")
-    assert calls[0]["end_marker"] == "/run-dir-0123456789abcdef/.%j.ended"
+         slice_result("COMPLETED", True, end_marker="/nas/jobs/alice/train/runs/2/.%j.ended", staged=None)])
+    assert "end_marker" not in calls[0]
     assert calls[1]["end_marker"] == "/nas/jobs/alice/train/runs/2/.%j.ended" and "stage" not in calls[1]
     assert result["staged"] == staged
 
@@ -245,7 +251,7 @@ def test_without_progress_every_a_slice_is_thirty_seconds_and_without_timeout_it
     answers = iter([slice_result("RUNNING", False), slice_result("COMPLETED", True)])
     calls = []
     with mock.patch.object(plugin, "_execute_module",
-                           side_effect=lambda name, module_args, task_vars: calls.append(module_args) or dict(
+                           side_effect=lambda name, module_args, task_vars: calls.append(flat(module_args)) or dict(
                                next(answers))), mock.patch.object(action.display, "display"):
         plugin.run(task_vars={})
     assert [(call["timeout"], call["return_on_change"]) for call in calls] == [(30, True), (30, True)]
@@ -292,7 +298,7 @@ def test_code_the_staging_run_finds_missing_is_sent_and_the_module_run_again_wit
     and submits nothing; the archive goes as a file and the second run stages and submits."""
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text("print('hi')\n")
-    monkeypatch.setattr(action._job_dir_action, "INLINE_MAX_BYTES", 0)
+    monkeypatch.setattr(action, "INLINE_MAX_BYTES", 0)
     stage = {"jobs_root": "/nas/jobs", "job_name": "train", "code_dir": str(tmp_path / "code"),
              "script": str(tmp_path / "code" / "train.py"), "max_mb": 1}
     missing = {"made": ["/nas/jobs/alice/train"], "code_present": False, "code_copied": False, "missing_files": [],
@@ -305,7 +311,7 @@ def test_code_the_staging_run_finds_missing_is_sent_and_the_module_run_again_wit
     calls = []
 
     def execute_module(module_name, module_args, task_vars):
-        calls.append(module_args)
+        calls.append(flat(module_args))
         return next(answers)
 
     with mock.patch.object(plugin, "_execute_module", side_effect=execute_module), \
@@ -334,6 +340,24 @@ def finished_job(run_dir, **extra):
     return slice_result("COMPLETED", True, user="alice", outcome="succeeded", exit_code=0, nodes=["node110"],
                         elapsed_seconds=11, stdout_path=f"{run_dir}/train-7.out", log_tail=["done"], submitted=True,
                         staged={"run_id": 1, "resumed": False}, **extra)
+
+
+def test_code_changed_since_the_job_script_was_rendered_is_refused_before_the_module_runs(tmp_path):
+    """The job script names the code by the hash it had when the launch rendered it: code changed
+    since would run under another hash's name, or not be found."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    stage = {"jobs_root": "/nas/jobs", "job_name": "train", "code_dir": str(tmp_path),
+             "script": str(tmp_path / "train.py"), "max_mb": 1}
+    rendered = action.CodeToStage(stage).digest
+    (tmp_path / "train.py").write_text("print('changed')\n")
+    task = SimpleNamespace(args={"script": "train.sbatch", "progress_every": 0, "stage": {**stage, "code_hash": rendered}},
+                           async_val=0, check_mode=False, action="slurm_job")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), None, None, None)
+    with mock.patch.object(plugin, "_execute_module") as module, \
+            pytest.raises(action.AnsibleActionFail, match=f"the code in {tmp_path} changed while the job was put "
+                                                          f"together \\(its hash was {rendered}, is "):
+        plugin.run(task_vars={})
+    assert module.call_count == 0
 
 
 def test_with_collect_the_finished_jobs_outputs_are_written_as_the_task_ends(tmp_path):

@@ -11,9 +11,11 @@ import os
 import pwd
 import random
 import re
+import time
 
 import pytest
 from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
+from ansible_collections.hpc.slurm_train.plugins.module_utils import bad_nodes
 import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
@@ -176,6 +178,12 @@ def answer_sacct_version(slurm_cli, slurm_output, version="22.05"):
 
 
 def run_module(args, check_mode=False):
+    """The module run with ``args`` as its action plugin passes them: the protocol's (INTERNAL_SPEC)
+    under `internal`."""
+    internal = {key: args[key] for key in slurm_job.INTERNAL_SPEC if key in args}
+    args = {key: value for key, value in args.items() if key not in slurm_job.INTERNAL_SPEC}
+    if internal:
+        args["internal"] = internal
     if check_mode:
         args = {**args, "_ansible_check_mode": True}
     with patch_module_args(args), pytest.raises(ModuleExit) as exit_info:
@@ -212,7 +220,9 @@ def test_submit_and_follow_to_completed(slurm_cli, clock, script, comment, tmp_p
         sbatch_argv(script, comment, "--nodes=2", "--partition=gpu_A6000"),
         *[SCONTROL] * 6,
     ]
-    assert all(call["environ_update"] == {"LC_ALL": "C"} for call in slurm_cli.calls)
+    # sbatch runs in chdir with PWD naming it, as a shell there would: the job's shell gets it.
+    assert [call["environ_update"] for call in slurm_cli.calls] == [
+        {"LC_ALL": "C"}, {"LC_ALL": "C", "PWD": str(tmp_path)}, *[{"LC_ALL": "C"}] * 6]
     assert all(call["expand_user_and_vars"] is False for call in slurm_cli.calls)
     assert slurm_cli.calls[1]["cwd"] == str(tmp_path)
     # Back-off doubles while the state holds and starts over when it changes.
@@ -1067,6 +1077,23 @@ def test_the_final_job_s_run_record_is_written_in_the_run_that_saw_the_end(slurm
     assert record.stat().st_mode & 0o777 == 0o600 and sorted(p.name for p in run_dir.iterdir()) == ["run.json"]
 
 
+def test_the_final_job_carries_the_health_gate_record_of_each_attempt(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli)
+    gate = {"restart": 0, "seconds": 4.2, "action": "requeue", "message": "requeued without node111",
+            "nodes": {"node110": {"seconds": 0.2}, "node111": {"seconds": 2.0}},
+            "named": [{"node": "node111", "reason": "HEALTH", "why": "slow"}]}
+    (run_dir / "health-1234.jsonl").write_text(json.dumps(gate) + "\n" + json.dumps({**gate, "restart": 1,
+                                                                                     "action": "pass"}) + "\n")
+    health = run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")}).result["health"]
+    assert [(one["restart"], one["action"]) for one in health] == [(0, "requeue"), (1, "pass")]
+    assert health[0]["named"] == gate["named"]
+
+
+def test_a_job_without_the_gate_has_no_health_record(slurm_cli, clock, tmp_path, job_output):
+    run_record_job(tmp_path, job_output, slurm_cli)
+    assert run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")}).result["health"] is None
+
+
 def test_no_run_record_in_check_mode_for_a_running_job_or_outside_the_users_runs(slurm_cli, clock, tmp_path,
                                                                                   job_output):
     run_dir = run_record_job(tmp_path, job_output, slurm_cli)
@@ -1125,18 +1152,16 @@ def test_a_job_completing_after_its_marker_is_followed_to_its_end_in_the_same_sl
 
 
 # stage: the job's directory made, its run taken and its script written, then submitted, in one run.
-RUN_WORD, CODE_WORD = "/run-dir-0123456789abcdef", "/code-dir-0123456789abcdef"
-STAGED_SCRIPT = f"#!/bin/bash\n#SBATCH --output={RUN_WORD}/%x-%j.out\nsrun python {CODE_WORD}/train.py\n"
+# The script as a launch renders it: its files named from the run's directory, where it runs.
+STAGED_SCRIPT = "#!/bin/bash\n#SBATCH --output=%x-%j.out\nsrun python ../../code/ab12cd34/train.py\n"
 
 
 def staged_request(tmp_path, **stage):
     jobs = tmp_path / "jobs"
     jobs.mkdir(mode=0o1777, exist_ok=True)
-    return {"script": f"{RUN_WORD}/train-ddp.sbatch", "job_name": "train-ddp", "chdir": RUN_WORD,
-            "end_marker": f"{RUN_WORD}/.%j.ended", "wait": False,
+    return {"script": "train-ddp.sbatch", "job_name": "train-ddp", "wait": False,
             "stage": {"jobs_root": str(jobs), "job_name": "train-ddp", "resume": "auto",
-                      "files": [{"name": "train-ddp.sbatch", "content": STAGED_SCRIPT, "mode": "0600"}],
-                      "placeholders": {"run_dir": RUN_WORD, "code_dir": CODE_WORD}, **stage}}
+                      "files": [{"name": "train-ddp.sbatch", "content": STAGED_SCRIPT, "mode": "0600"}], **stage}}
 
 
 def test_stage_writes_the_script_for_the_run_taken_and_submits_it_in_the_same_run(slurm_cli, clock, tmp_path,
@@ -1150,14 +1175,30 @@ def test_stage_writes_the_script_for_the_run_taken_and_submits_it_in_the_same_ru
 
     assert outcome.failed is False, outcome.result.get("msg")
     script = run_dir / "train-ddp.sbatch"
-    # Without a code_hash there is no code directory: its placeholder stands for nothing.
-    assert script.read_text() == STAGED_SCRIPT.replace(RUN_WORD, str(run_dir)).replace(CODE_WORD, "")
+    assert script.read_text() == STAGED_SCRIPT
+    # Run in the run's directory, by its name as staged (not as the cwd resolves links): the job's
+    # working directory, which its script names its files from.
     assert slurm_cli.argvs[0][-1] == str(script) and slurm_cli.calls[0]["cwd"] == str(run_dir)
+    assert slurm_cli.argvs[0][-2] == f"--chdir={run_dir}"
     assert slurm_cli.argvs[0][3] == "--comment=fingerprint:" + slurm_job.job_fingerprint("train-ddp", script.read_bytes())
     result = outcome.result
     assert (result["submitted"], result["changed"], result["job_id"]) == (True, True, 1234)
     assert (result["staged"]["run_id"], result["staged"]["files_written"]) == (1, ["train-ddp.sbatch"])
     assert result["end_marker"] == f"{run_dir}/.%j.ended"
+
+
+@pytest.mark.parametrize("request_change, problem", [
+    ({"script": "other.sbatch"}, "script other.sbatch is not one of stage's files"),
+    ({"stage": {"resume": ""}}, "stage: resume is empty: give auto, never or a run id"),
+])
+def test_stage_refuses_a_script_it_does_not_write_or_no_run_before_anything_is_made(slurm_cli, clock, tmp_path,
+                                                                                     request_change, problem):
+    request = staged_request(tmp_path)
+    request["script"] = request_change.get("script", request["script"])
+    request["stage"].update(request_change.get("stage", {}))
+    outcome = run_module(request)
+    assert outcome.failed is True and outcome.result["msg"].startswith(problem), outcome.result["msg"]
+    assert list((tmp_path / "jobs").iterdir()) == [] and slurm_cli.calls == []
 
 
 def test_each_submitted_job_keeps_the_script_it_ran_and_a_later_job_of_the_run_changes_none(slurm_cli, clock,
@@ -1242,7 +1283,7 @@ def test_stage_submits_nothing_while_the_expected_file_or_the_code_is_missing(sl
     assert slurm_cli.calls == []
 
 
-def test_stage_in_check_mode_writes_nothing_and_slurm_predicts_from_the_filled_script(slurm_cli, clock, tmp_path,
+def test_stage_in_check_mode_writes_nothing_and_slurm_predicts_from_the_script(slurm_cli, clock, tmp_path,
                                                                                       slurm_output):
     slurm_cli.answer(["sbatch", "--test-only"], err=slurm_output("sbatch_test_only.stderr"))
     seen = {}
@@ -1258,8 +1299,9 @@ def test_stage_in_check_mode_writes_nothing_and_slurm_predicts_from_the_filled_s
     outcome = run_module(staged_request(tmp_path), check_mode=True)
 
     assert outcome.failed is False, outcome.result.get("msg")
-    run_dir = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp" / "runs" / "1"
-    assert seen["script"] == STAGED_SCRIPT.replace(RUN_WORD, str(run_dir)).replace(CODE_WORD, "")
+    assert seen["script"] == STAGED_SCRIPT
+    assert outcome.result["end_marker"] == str(tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp"
+                                                / "runs" / "1" / ".%j.ended")
     assert not os.path.exists(seen["cwd"]), "the prediction's scratch directory is removed"
     assert list((tmp_path / "jobs").iterdir()) == [] and outcome.result["test_only"]["job_id"] == 20
 
@@ -1311,28 +1353,30 @@ def test_collect_files_returns_the_finished_jobs_log_and_script_read_in_the_run_
     assert run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs")}).result["collected_files"] is None
 
 
-PARTITION_WORD = "partition-0123456789abcdef"
 SINFO = ["sinfo", "-h", "-N", "-o", "%N|%P|%T|%c|%G"]
 
 
 def nodes_request(tmp_path, **nodes):
     request = staged_request(tmp_path)
-    request["stage"]["files"][0]["content"] = f"#SBATCH --partition={PARTITION_WORD}\n" + STAGED_SCRIPT
-    request["stage"]["placeholders"]["partition"] = PARTITION_WORD
     request["nodes"] = {"names": ["rec1", "rec2"], "num_nodes": 2, "node_group": "gpu",
                         "inventory": {"rec1": {"cluster_node_cpus": 2}, "rec2": {"cluster_node_cpus": 2}}, **nodes}
     return request
 
 
-def test_the_nodes_are_checked_against_sinfo_and_their_partition_fills_the_script_in(slurm_cli, clock, tmp_path,
-                                                                                     slurm_output, job_output):
+@pytest.mark.parametrize("given, option", [("", ["--partition=gpu"]), ("gpu", [])])
+def test_the_nodes_are_checked_against_sinfo_and_a_script_without_a_partition_goes_to_theirs(
+        slurm_cli, clock, tmp_path, slurm_output, job_output, given, option):
+    """A partition given is the script's own #SBATCH line; none given, the job goes to the one its
+    nodes share, as sinfo shows it."""
     slurm_cli.answer(SINFO, out=slurm_output("sinfo_nodes_busy.txt"))
     slurm_cli.answer(["sbatch"], out="1234\n")
     slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
-    outcome = run_module(nodes_request(tmp_path))
+    outcome = run_module(nodes_request(tmp_path, partition=given))
     assert outcome.failed is False, outcome.result.get("msg")
     script = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp" / "runs" / "1" / "train-ddp.sbatch"
-    assert script.read_text().startswith("#SBATCH --partition=gpu\n")
+    assert slurm_cli.argvs[1][:2] == ["sbatch", "--parsable"]
+    assert slurm_cli.argvs[1][4:] == [*option, f"--chdir={script.parent}", str(script)]
+    assert script.read_text() == STAGED_SCRIPT
     assert outcome.result["nodes_checked"]["partition"] == "gpu" and outcome.result["submitted"] is True
 
 
@@ -1435,3 +1479,78 @@ def test_the_cost_waits_for_slurmdbd_to_record_the_final_jobs_last_attempt(clock
     clock.sleeps.clear()
     assert slurm_job.SlurmClient(Module()).cost_attempts(7)[1]["state"] == "RUNNING"
     assert len(asked) == slurm_job.COST_SACCT_LOOKS and sum(clock.sleeps) == pytest.approx(5.0)
+
+
+SINFO_THREE = "rec1|gpu*|idle|2|gpu:2\nrec2|gpu*|idle|2|gpu:2\nrec3|gpu*|idle|2|gpu:2\n"
+
+
+def with_bad_node(tmp_path, node="rec1", reason="NODE_FAIL", hours=24):
+    """The test's user has ``node`` among its bad nodes, marked by job 12."""
+    (tmp_path / "jobs").mkdir(mode=0o1777, exist_ok=True)
+    (tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name).mkdir(exist_ok=True)
+    bad_nodes.update(str(tmp_path / "jobs"), lambda records: bad_nodes.add(records, node, reason, 12, hours, time.time()))
+
+
+def test_a_groups_job_leaves_the_users_bad_nodes_out(slurm_cli, clock, tmp_path, job_output):
+    with_bad_node(tmp_path)
+    slurm_cli.answer(SINFO, out=SINFO_THREE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    outcome = run_module(nodes_request(tmp_path, names=["rec1", "rec2", "rec3"], group="gpu",
+                                       bad_nodes_root=str(tmp_path / "jobs")))
+    assert outcome.failed is False, outcome.result.get("msg")
+    sbatch = next(argv for argv in slurm_cli.argvs if argv[0] == "sbatch")
+    assert "--exclude=rec1" in sbatch and sbatch.index("--exclude=rec1") < len(sbatch) - 1, "an option, before the script"
+    checked = outcome.result["nodes_checked"]
+    assert checked["excluded"] == ["rec1"] and [entry["node"] for entry in checked["bad_nodes"]] == ["rec1"]
+    assert checked["notes"] == [f"left out, a bad node of yours: {checked['bad_nodes'][0]['line']}"]
+    assert checked["bad_nodes"][0]["line"].startswith("rec1: NODE_FAIL in job 12 at ")
+
+
+def test_a_groups_job_that_bad_nodes_leave_too_few_nodes_is_refused_naming_them(slurm_cli, clock, tmp_path):
+    with_bad_node(tmp_path)
+    with_bad_node(tmp_path, node="rec2", reason="GPU_CHECK")
+    slurm_cli.answer(SINFO, out=SINFO_THREE)
+    outcome = run_module(nodes_request(tmp_path, names=["rec1", "rec2", "rec3"], group="gpu",
+                                       bad_nodes_root=str(tmp_path / "jobs")))
+    msg = outcome.result["msg"]
+    assert outcome.failed is True and msg.startswith("2 nodes of group gpu are needed and 1 are usable: "), msg
+    assert "rec1: NODE_FAIL in job 12" in msg and "rec2: GPU_CHECK in job 12" in msg
+    assert "ansible-playbook jobs.yml -e forget_node=rec1 clears one" in msg
+    assert slurm_cli.argvs == [SINFO], "nothing submitted"
+
+
+def test_a_node_list_holding_a_bad_node_is_refused_naming_it_why_and_until_when(slurm_cli, clock, tmp_path):
+    with_bad_node(tmp_path, node="rec2", reason="HUNG", hours=2)
+    slurm_cli.answer(SINFO, out=SINFO_THREE)
+    outcome = run_module(nodes_request(tmp_path, bad_nodes_root=str(tmp_path / "jobs")))
+    msg = outcome.result["msg"]
+    assert outcome.failed is True and msg.startswith("The node list holds a bad node of yours: rec2: HUNG in job 12 at ")
+    record = bad_nodes.read(str(tmp_path / "jobs"))["rec2"]
+    assert f"kept out until {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(record['until']))}" in msg
+    assert "-e force=true submits to it anyway" in msg
+    assert slurm_cli.argvs == [SINFO]
+    assert not (tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "train-ddp").exists(), "nothing made"
+
+
+def test_force_submits_to_a_bad_node_with_a_warning(slurm_cli, clock, tmp_path, job_output, capsys):
+    with_bad_node(tmp_path, node="rec2")
+    slurm_cli.answer(SINFO, out=SINFO_THREE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    outcome = run_module(nodes_request(tmp_path, bad_nodes_root=str(tmp_path / "jobs"), force_bad_nodes=True))
+    assert outcome.failed is False and outcome.result["submitted"] is True, outcome.result.get("msg")
+    assert "submitting to a bad node of yours, as asked (force): rec2: NODE_FAIL in job 12" in capsys.readouterr().err
+    assert not any(arg.startswith("--exclude") for argv in slurm_cli.argvs for arg in argv)
+
+
+def test_an_expired_bad_node_is_used_again(slurm_cli, clock, tmp_path, job_output):
+    (tmp_path / "jobs").mkdir(mode=0o1777)
+    (tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name).mkdir()
+    record = tmp_path / "jobs" / pwd.getpwuid(os.geteuid()).pw_name / "nodes.json"
+    record.write_text(json.dumps({"nodes": bad_nodes.add({}, "rec2", "HEALTH", 3, 1, time.time() - 2 * 3600)}))
+    slurm_cli.answer(SINFO, out=SINFO_THREE)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    outcome = run_module(nodes_request(tmp_path, bad_nodes_root=str(tmp_path / "jobs")))
+    assert outcome.failed is False and outcome.result["nodes_checked"]["bad_nodes"] == []

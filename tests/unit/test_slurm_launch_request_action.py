@@ -17,6 +17,7 @@ from conftest import PROJECT_ROOT, init_plugin_loader
 
 ROLE = PROJECT_ROOT / "roles" / "slurm_launch"
 from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_request as action
+from ansible_collections.hpc.slurm_train.plugins.action.slurm_job import CodeToStage
 plugin_loader = init_plugin_loader()
 
 GROUPS = {"all": ["login01", "node110", "node111", "h1"], "ungrouped": [], "submit": ["login01"],
@@ -38,13 +39,14 @@ def request(trainer, **given):
     """The role's request with its defaults' values (vars/main.yml's keys), ``given`` over them."""
     keys = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_slurm_launch_request"]
     values = {"nodes": "node[110-111]", "group": "", "script": str(trainer), "script_args": "--steps 3",
-              "job_name": "", "code_dir": "", "partition": "", "account": "", "num_nodes": 0, "gpus_per_node": 0,
+              "job_name": "", "code_dir": "", "code_max_mb": 100, "partition": "", "account": "", "num_nodes": 0, "gpus_per_node": 0,
               "cpus_per_task": 0, "nproc_per_node": 0, "omp_num_threads": 0, "master_port": 0, "job_id": 0,
               "follow_timeout": 0, "log_tail_lines": 40, "jobs_dir": "/nas/jobs", "time_limit": "1-00:00:00",
-              "warning_signal": "USR1", "warning_seconds": 120, "max_restarts": 1, "extra_directives": [], "env": {},
+              "warning_signal": "USR1", "warning_seconds": 120, "max_restarts": 1, "hang_minutes": 30, "extra_directives": [], "env": {},
               "cuda_home": "/nas/cuda-11.8", "replace_ld_library_path": False, "conda_root": "/nas/conda",
               "conda_env": "train", "venv": "", "nccl_env_dir": "/nas/nccl", "rendezvous": "static", "sweep": {},
-              "sweep_parallel": 0, "env_from": []}
+              "sweep_parallel": 0, "env_from": [], "health_gate": True, "health_slow_factor": 1.5,
+              "health_matmul_size": 0, "bad_node_hours": 24}
     assert set(values) == set(keys), "the test's request has the role's keys"
     return {**values, **given}
 
@@ -69,37 +71,93 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
     result = run(request(script, env={"WANDB_API_KEY": "secret"}, sweep={"lr": [0.1, 0.01]}), slurm_conf="/etc/s.conf")
     assert not result.get("failed"), result.get("msg")
     assert result["changed"] is False
-    marks = result["placeholders"]
     assert result["environment"] == {"SLURM_CONF": "/etc/s.conf"}
     assert (result["script"], result["code_dir"], result["job_name"]) == (str(script), str(script.parent), "train")
     assert "ansible_facts" not in result, "nothing a fact cache would keep"
     plan = result["node_plan"]
     assert (plan["names"], plan["node_group"], plan["num_nodes"], plan["partition"]) == (
-        ["node110", "node111"], "gpu_A6000", 2, marks["partition"])
+        ["node110", "node111"], "gpu_A6000", 2, "")
     job = result["job"]
-    assert job["script"] == f"{marks['code_dir']}/train.py"
+    # Named from the run's directory, where the job runs: the code by its hash, as staging lays it out.
+    assert result["code_hash"] == CodeToStage({"script": str(script), "code_dir": str(script.parent)}).digest
+    assert job["script"] == f"../../code/{result['code_hash']}/train.py"
+    assert (job["job_dir"], job["end_marker"], job["gpu_check"], job["partition"]) == ("", ".%j.ended",
+                                                                                       "gpu_check.py", "")
     assert job["script_args"] == ["--steps", "3"]
     assert (job["gpus_per_node"], job["cpus_per_task"], job["nproc_per_node"]) == (8, 16, 8)
     assert job["nccl_env_file"] == "/nas/nccl/nccl-gpu_A6000.sh"
     files = {one["name"]: one for one in result["job_files"]}
-    assert set(files) == {"train.sbatch", "gpu_check.py", "sweep.tsv"}
+    assert set(files) == {"train.sbatch", "gpu_check.py", "hang_dump.py", "bad_nodes.py", "health_check.py",
+                          "allreduce_check.py", "sweep.tsv"}
     # The job script as Ansible's template lookup renders it: only the user reads a script with env values.
     sbatch = files["train.sbatch"]
     assert sbatch["mode"] == "0600"
     assert sbatch["content"].startswith("#!/bin/bash")
-    for line in ("#SBATCH --nodes=2", "#SBATCH --nodelist=node[110-111]", f"#SBATCH --partition={marks['partition']}",
-                 "#SBATCH --array=0-1"):
-        assert line in sbatch["content"].splitlines(), line
+    lines = sbatch["content"].splitlines()
+    for line in ("#SBATCH --nodes=2", "#SBATCH --nodelist=node[110-111]", "#SBATCH --array=0-1",
+                 "#SBATCH --output=%x-%A_%a.out", 'RUN_DIR="$PWD/points/$SLURM_ARRAY_TASK_ID"',
+                 f"  ../../code/{result['code_hash']}/train.py"):
+        assert line in lines, line
+    # The partition the nodes share is the submission's to find: the script names none.
+    assert not any(line.startswith("#SBATCH --partition") for line in lines)
     assert "{{" not in sbatch["content"]
     assert files["gpu_check.py"]["content"] == (ROLE / "files" / "gpu_check.py").read_text()
+    assert files["hang_dump.py"]["content"] == (ROLE / "files" / "hang_dump.py").read_text()
+    # The hang watchdog is on by default (hang_minutes=30), with the dumper staged beside the script.
+    assert (job["hang_minutes"], job["hang_dump"]) == (30, "hang_dump.py")
+    assert "HANG_SECONDS=1800" in sbatch["content"].splitlines()
     assert files["sweep.tsv"]["content"].splitlines()[0].split("\t")[-1] == "lr"
+    # The job's mark_bad_node runs the record's own rules, with the launch's jobs root and hours.
+    assert files["bad_nodes.py"]["content"] == (PROJECT_ROOT / "plugins" / "module_utils" / "bad_nodes.py").read_text()
+    assert ('python bad_nodes.py mark /nas/jobs "$node" "$reason" 24 "$SLURM_JOB_ID"'
+            in sbatch["content"])
+    # The health gate: its programs beside the GPU check, its step in the job script.
+    for name in ("health_check.py", "allreduce_check.py"):
+        assert files[name]["content"] == (ROLE / "files" / name).read_text()
+    assert job["health_check"] == "health_check.py"
+    assert "python health_check.py --dir=" in sbatch["content"]
+    assert "--slow-factor=1.5 " in sbatch["content"]
 
 
-def test_each_launch_draws_its_own_placeholders(script):
-    first, second = (run(request(script))["placeholders"] for _ in range(2))
-    assert first["run_dir"] != second["run_dir"]
-    assert first["run_dir"].removeprefix("/run-dir-") == first["code_dir"].removeprefix("/code-dir-") \
-        == first["partition"].removeprefix("partition-")
+@pytest.mark.parametrize("gate, factor, size", [(False, 1.5, 0), ("false", "2", "512")])
+def test_the_health_gate_is_switched_off_or_tuned_by_its_parameters(script, gate, factor, size):
+    found = run(request(script, health_gate=gate, health_slow_factor=factor, health_matmul_size=size))
+    assert not found.get("failed"), found.get("msg")
+    names = {one["name"] for one in found["job_files"]}
+    assert names == {"train.sbatch", "gpu_check.py", "hang_dump.py", "bad_nodes.py"}, "no gate, no gate programs"
+    assert found["job"]["health_check"] == ""
+    content = found["job_files"][0]["content"]
+    assert "health_check.py" not in content and "python gpu_check.py" in content
+    on = run(request(script, health_slow_factor=factor, health_matmul_size=size))
+    assert (on["job"]["health_slow_factor"], on["job"]["health_matmul_size"]) == (float(factor), int(size))
+    assert f"--slow-factor={float(factor)} " in on["job_files"][0]["content"]
+    assert f"--matmul-size={int(size)}\n" in on["job_files"][0]["content"]
+
+
+@pytest.mark.parametrize("given, words", [
+    ({"health_slow_factor": 1}, "health_slow_factor=1 is not allowed: give a number over 1"),
+    ({"health_slow_factor": "fast"}, "health_slow_factor='fast' is not allowed: give a number over 1"),
+    ({"health_slow_factor": True}, "health_slow_factor=True is not allowed"),
+    ({"health_matmul_size": -1}, "health_matmul_size=-1 is not allowed: give a whole number, 0 or more")])
+def test_a_bad_health_gate_value_is_refused_naming_it(script, given, words):
+    found = run(request(script, **given))
+    assert found.get("failed") and words in found["msg"], found.get("msg")
+
+
+def test_the_job_script_names_the_code_it_runs_by_its_content(script):
+    first, again = (run(request(script)) for _ in range(2))
+    assert first["job_files"] == again["job_files"], "the same request and code render the same script"
+    (script.parent / "model.py").write_text("LAYERS = 2\n")
+    changed = run(request(script))
+    assert changed["code_hash"] != first["code_hash"]
+    assert f"  ../../code/{changed['code_hash']}/train.py" in changed["job_files"][0]["content"].splitlines()
+
+
+def test_code_over_its_limit_is_refused_before_anything_is_staged(script):
+    result = run(request(script, code_max_mb=0))
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"the code to stage from {script.parent} is 0.0 MB in 1 files, over "
+                                    "slurm_launch_code_max_mb=0")
 
 
 def test_a_partition_given_is_the_jobs_and_a_group_names_no_nodelist(script):

@@ -6,17 +6,17 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.hpc.slurm_train.plugins.plugin_utils import sweep
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request
 
 
 def test_points_are_the_cross_product_the_last_key_fastest_and_the_table_says_the_same():
-    points = sweep.sweep_points({"lr": [0.1, 0.01], "seed": [1, 2], "opt": ["adam"]})
+    points = launch_request.sweep_points({"lr": [0.1, 0.01], "seed": [1, 2], "opt": ["adam"]})
     assert points == [
         [["lr", "0.1"], ["seed", "1"], ["opt", "adam"]], [["lr", "0.1"], ["seed", "2"], ["opt", "adam"]],
         [["lr", "0.01"], ["seed", "1"], ["opt", "adam"]], [["lr", "0.01"], ["seed", "2"], ["opt", "adam"]]]
-    assert sweep.sweep_table(points) == ("task\tlr\tseed\topt\n0\t0.1\t1\tadam\n1\t0.1\t2\tadam\n"
+    assert launch_request.sweep_table(points) == ("task\tlr\tseed\topt\n0\t0.1\t1\tadam\n1\t0.1\t2\tadam\n"
                                          "2\t0.01\t1\tadam\n3\t0.01\t2\tadam\n")
-    assert sweep.sweep_points({}) == [] and sweep.sweep_table([]) == ""
+    assert launch_request.sweep_points({}) == [] and launch_request.sweep_table([]) == ""
 
 
 @pytest.mark.parametrize(("given", "parallel", "script_args", "problem"), [
@@ -42,28 +42,28 @@ def test_points_are_the_cross_product_the_last_key_fastest_and_the_table_says_th
     ({}, 2, [], "sweep_parallel=2 is not allowed without a sweep"),
 ])
 def test_a_bad_sweep_is_named_with_what_would_be_right(given, parallel, script_args, problem):
-    problems = sweep.sweep_problems(given, parallel, script_args)
+    problems = launch_request.sweep_problems(given, parallel, script_args)
     assert len(problems) == 1 and problem in problems[0], problems
 
 
 def test_points_of_a_bad_sweep_are_refused_with_every_problem():
     with pytest.raises(AnsibleFilterError, match=r"^sweep key '1lr' is not allowed: .*; sweep b=\[\] is not allowed"):
-        sweep.sweep_points({"1lr": [1], "b": []})
+        launch_request.sweep_points({"1lr": [1], "b": []})
 
 
 @pytest.mark.parametrize("given", [{}, None, "", {"lr": [0.1, 1e-4, "3e-4", "cosine", -1, "a/b:c=d,e+f@g"]}])
 def test_a_good_sweep_or_none_has_no_problems(given):
-    assert sweep.sweep_problems(given, 0, ["--steps", "6", "--lr-decay", "1"]) == []
-    assert sweep.sweep_problems(given, "3" if given else 0) == []
+    assert launch_request.sweep_problems(given, 0, ["--steps", "6", "--lr-decay", "1"]) == []
+    assert launch_request.sweep_problems(given, "3" if given else 0) == []
 
 
 def test_the_report_has_a_row_per_point_and_names_the_points_that_did_not_complete():
-    points = sweep.sweep_points({"lr": [0.1, 0.01]})
+    points = launch_request.sweep_points({"lr": [0.1, 0.01]})
     tasks = [{"task": 0, "state": "COMPLETED", "exit_code": 0, "elapsed_seconds": 9, "log_last_line": "done",
               "stdout_path": "/nas/s-5_0.out"},
              {"task": 1, "state": "TIMEOUT", "exit_code": 0, "elapsed_seconds": 60, "log_last_line": None,
               "stdout_path": "/nas/s-5_1.out"}]
-    report = sweep.sweep_report(tasks, points)
+    report = launch_request.sweep_report(tasks, points)
     assert [(row["task"], row["args"], row["state"], row["last_line"]) for row in report["rows"]] == [
         (0, "lr=0.1", "COMPLETED", "done"), (1, "lr=0.01", "TIMEOUT", "")]
     assert report["failed"] == ["point 1 (lr=0.01) ended TIMEOUT, exit code 0"]
@@ -74,7 +74,7 @@ def test_the_report_has_a_row_per_point_and_names_the_points_that_did_not_comple
 
 def test_a_report_without_the_points_or_with_tasks_pending_together_shows_dashes():
     # A sweep followed by job id: the points are not known; "2-3" is tasks still pending together.
-    report = sweep.sweep_report([{"task": 0, "state": "COMPLETED", "exit_code": 0, "elapsed_seconds": 1},
+    report = launch_request.sweep_report([{"task": 0, "state": "COMPLETED", "exit_code": 0, "elapsed_seconds": 1},
                                  {"task": "2-3", "state": "PENDING", "exit_code": 0, "elapsed_seconds": None}], [])
     assert [row["args"] for row in report["rows"]] == ["-", "-"]
     assert report["lines"][2].split() == ["2-3", "-", "PENDING", "0", "-"]

@@ -7,7 +7,7 @@ import os
 
 import ansible.module_utils._internal
 import pytest
-from ansible_collections.hpc.slurm_train.plugins.module_utils import writable
+from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs as writable
 from ansible_collections.hpc.slurm_train.plugins.modules import writable_dir
 from ansible.module_utils.testing import patch_module_args
 
@@ -81,7 +81,7 @@ def test_a_directory_the_user_cannot_write_is_named(capsys, tmp_path, monkeypatc
 def test_a_read_only_filesystem_is_said_where_others_make_the_directories_below(tmp_path, monkeypatch):
     """The launch checks the 0711 jobs root without writing in it (writes_here=False): a read-only
     filesystem is still named as such, not taken for a full one."""
-    from ansible_collections.hpc.slurm_train.plugins.module_utils import writable
+    from ansible_collections.hpc.slurm_train.plugins.module_utils import job_dirs as writable
     monkeypatch.setattr(writable.os, "statvfs", lambda path: statvfs(4, read_only=True))
     assert writable.problem_with(str(tmp_path), 1024, try_write=True, writes_here=False) == (
         f"{tmp_path} is not writable (read-only filesystem)", 4)

@@ -106,6 +106,33 @@ def read_nccl_log(directory):
     return lines
 
 
+def timed_all_reduce(size, iters, warmup, device, rank, world):
+    """This rank's view of an all-reduce of size bytes (float32), averaged over iters after warmup
+    untimed ones: {"size", "count", "time_us", "algbw", "busbw", "wrong"}; also the job's health gate's."""
+    count = size // 4
+    tensor = torch.empty(count, dtype=torch.float32, device=device)
+    for _ in range(warmup):
+        dist.all_reduce(tensor.fill_(rank + 1))
+    elapsed = 0.0
+    wrong = 0
+    for _ in range(iters):
+        tensor.fill_(rank + 1)
+        dist.barrier()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        dist.all_reduce(tensor)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed += time.perf_counter() - started
+        # Every element must be 1 + 2 + ... + world: nccl-tests' #wrong.
+        wrong += int((tensor != world * (world + 1) / 2).sum())
+    seconds = elapsed / iters
+    algbw, busbw = bus_bandwidth(size, seconds, world)
+    return {"size": size, "count": count, "time_us": round(seconds * 1e6, 1),
+            "algbw": round(algbw, 4), "busbw": round(busbw, 4), "wrong": wrong}
+
+
 def main(argv=None):
     args = parse_args(argv)
     backend, why_not = choose_backend(args.backend, int(os.environ.get("SLURM_GPUS_ON_NODE") or 0),
@@ -125,30 +152,8 @@ def main(argv=None):
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    results = []
-    for size in sorted(set(args.sizes + (args.nccl_sizes if backend == "nccl" else []))):
-        count = size // 4
-        tensor = torch.empty(count, dtype=torch.float32, device=device)
-        for _ in range(args.warmup):
-            dist.all_reduce(tensor.fill_(rank + 1))
-        elapsed = 0.0
-        wrong = 0
-        for _ in range(args.iters):
-            tensor.fill_(rank + 1)
-            dist.barrier()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            started = time.perf_counter()
-            dist.all_reduce(tensor)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            elapsed += time.perf_counter() - started
-            # Every element must be 1 + 2 + ... + world: nccl-tests' #wrong.
-            wrong += int((tensor != world * (world + 1) / 2).sum())
-        seconds = elapsed / args.iters
-        algbw, busbw = bus_bandwidth(size, seconds, world)
-        results.append({"size": size, "count": count, "time_us": round(seconds * 1e6, 1),
-                        "algbw": round(algbw, 4), "busbw": round(busbw, 4), "wrong": wrong})
+    results = [timed_all_reduce(size, args.iters, args.warmup, device, rank, world)
+               for size in sorted(set(args.sizes + (args.nccl_sizes if backend == "nccl" else [])))]
     # The slowest rank's time is the collective's time.
     times = torch.tensor([r["time_us"] for r in results], dtype=torch.float64)
     wrongs = torch.tensor([r["wrong"] for r in results], dtype=torch.int64)

@@ -283,15 +283,20 @@ def main(argv=None):
     if args.facts:
         print(json.dumps(gpu_facts(args.cuda_home), sort_keys=True), flush=True)
         return 0
+    return FAILED_EXIT if check_node(args.gpus_per_node, args.cuda_home) else 0
+
+
+def check_node(gpus_per_node, cuda_home):
+    """This node's check, its lines printed; the problems found (the job's health gate runs it too)."""
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    facts = gpu_facts(args.cuda_home)
-    problems = gpu_problems(facts, args.gpus_per_node)
+    facts = gpu_facts(cuda_home)
+    problems = gpu_problems(facts, gpus_per_node)
     print(f"gpu-check {node}: {'FAILED' if problems else 'ok'}: {summary(facts)}", flush=True)
     for problem in problems:
         print(f"gpu-check {node}: {problem}", file=sys.stderr, flush=True)
-    for note in gpu_warnings(facts, args.gpus_per_node):
+    for note in gpu_warnings(facts, gpus_per_node):
         print(f"gpu-check {node}: warning: {note}", file=sys.stderr, flush=True)
-    return FAILED_EXIT if problems else 0
+    return problems
 
 
 if __name__ == "__main__":
