@@ -1682,6 +1682,8 @@ class SlurmJobRunner:
             return found
         try:
             records = bad_nodes.unexpired(bad_nodes.read(request["bad_nodes_root"]))
+        except bad_nodes.UserDirRefused:
+            return found  # the staging that follows refuses that directory, naming the admin's fix
         except (bad_nodes.Refused, OSError) as error:
             self.finish(f"your bad nodes: {error}")
         kept = bad_nodes.listed({node: record for node, record in records.items() if node in request["names"]})

@@ -45,6 +45,11 @@ class Refused(Exception):
     """A record this file will not read or write, said plainly."""
 
 
+class UserDirRefused(Refused):
+    """The user's own directory under the jobs root is not theirs to use: the staging of a launch
+    refuses the same directory with the admin's fix, so a launch leaves the telling to it."""
+
+
 def owner_name(uid):
     try:
         return pwd.getpwuid(uid).pw_name
@@ -147,7 +152,7 @@ def _user_dir(jobs_root, uid):
             if error.errno == errno.ENOENT:
                 return None, path
             if error.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise Refused(f"{path} is a link or not a directory: refusing to read or write your bad nodes "
+                raise UserDirRefused(f"{path} is a link or not a directory: refusing to read or write your bad nodes "
                               "through it (another user may have planted it); an admin moves it away and runs "
                               "provision.yml, which makes it yours") from None
             raise Refused(f"cannot open {path}: {error.strerror}") from None
@@ -156,7 +161,7 @@ def _user_dir(jobs_root, uid):
     owner = os.fstat(fd).st_uid
     if owner != uid:
         os.close(fd)
-        raise Refused(f"{path} belongs to {owner_name(owner)}, not to {user}: refusing to keep your bad nodes in a "
+        raise UserDirRefused(f"{path} belongs to {owner_name(owner)}, not to {user}: refusing to keep your bad nodes in a "
                       "directory another user controls")
     return fd, path
 

@@ -244,7 +244,10 @@ def test_arguments_path_and_env_reach_the_training_exactly(cluster, tmp_path):
         assert len(lines) == 1, log
         seen = json.loads(lines[0])
         staged = f"{job_dir}/code/{job['code']['hash']}/{script.name}"
-        assert seen == {"script": staged, "args": EXPECTED_ARGS, "env": ENV_VALUE}
+        # The training is given its staged file by the site's absolute name (from the run's directory).
+        assert {**seen, "script": os.path.normpath(seen["script"])} == {"script": staged, "args": EXPECTED_ARGS,
+                                                                        "env": ENV_VALUE}
+        assert seen["script"].startswith("/"), seen
         # What the launch and the job wrote is the user's (alice's on the NAS, the controller's
         # user's in the outputs) and not writable by others.
         for top, owner in ((job_dir, pwd.getpwnam("alice").pw_uid), (tmp_path / "outputs", os.getuid())):

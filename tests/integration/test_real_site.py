@@ -31,7 +31,8 @@ def test_the_job_runs_the_staged_code_which_the_nodes_see_and_the_checkout_they_
     staged = f"/starmap/nas/jobs/alice/{name}/code/{code['hash']}"
     assert code["source"] == "git" and len(code["git_commit"]) == 40 and code["copied"] is True
     script = (folder / f"{name}-{job['job_id']}.sbatch").read_text()
-    assert f"{staged}/train_ddp.py" in script and str(REPO) not in script
+    # Named from the run's directory (runs/<id>/), which the nodes see as the login host does.
+    assert f"../../code/{code['hash']}/train_ddp.py" in script and str(REPO) not in script
     assert "[rank0] training complete steps=4" in (folder / f"{name}-{job['job_id']}.out").read_text()
     for host in ("node110", "login01"):
         seen = cluster.ssh(host, f"test -e {REPO}/{TRAINER} && echo visible || echo hidden; "

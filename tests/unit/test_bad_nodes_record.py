@@ -131,6 +131,16 @@ def test_a_planted_link_as_the_users_directory_is_refused(tmp_path):
     with pytest.raises(bad_nodes.Refused, match=f"{root}/{user()} is a link or not a directory"):
         bad_nodes.update(str(root), mark)
     assert os.listdir(tmp_path / "elsewhere") == []
+    # The user's directory is the staging's to refuse with the admin's fix: a launch tells them apart.
+    with pytest.raises(bad_nodes.UserDirRefused):
+        bad_nodes.read(str(root))
+
+
+def test_a_planted_record_is_no_user_directory_problem(jobs, tmp_path):
+    (jobs / user() / "nodes.json").symlink_to(tmp_path / "victim.json")
+    with pytest.raises(bad_nodes.Refused) as refused:
+        bad_nodes.read(str(jobs))
+    assert not isinstance(refused.value, bad_nodes.UserDirRefused)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")

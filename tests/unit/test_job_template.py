@@ -233,7 +233,8 @@ def test_a_launchs_job_names_its_files_from_the_directory_sbatch_ran_in(tmp_path
     (tmp_path / "bin").mkdir()
     proc, argv = run_with_standins(tmp_path, script, exit_code=3, cwd=run_dir, PWD=str(run_dir))
     assert proc.returncode == 3, proc.stderr
-    assert argv[-1] == "../../code/ab12cd34/train.py"
+    # Given whole, from the directory sbatch ran in as the site names it (PWD).
+    assert argv[-1] == f"{run_dir}/../../code/ab12cd34/train.py"
     assert (run_dir / ".4242.ended").read_text() == "3\n" and not (tmp_path / ".4242.ended").exists()
     assert json.loads((run_dir / "run.json").read_text())["exit_code"] == 3
 

@@ -96,7 +96,7 @@ def test_a_good_request_becomes_the_job_and_its_rendered_files(script):
     lines = sbatch["content"].splitlines()
     for line in ("#SBATCH --nodes=2", "#SBATCH --nodelist=node[110-111]", "#SBATCH --array=0-1",
                  "#SBATCH --output=%x-%A_%a.out", 'RUN_DIR="$PWD/points/$SLURM_ARRAY_TASK_ID"',
-                 f"  ../../code/{result['code_hash']}/train.py"):
+                 '  "$PWD"/../../code/' + result['code_hash'] + '/train.py'):
         assert line in lines, line
     # The partition the nodes share is the submission's to find: the script names none.
     assert not any(line.startswith("#SBATCH --partition") for line in lines)
@@ -150,7 +150,7 @@ def test_the_job_script_names_the_code_it_runs_by_its_content(script):
     (script.parent / "model.py").write_text("LAYERS = 2\n")
     changed = run(request(script))
     assert changed["code_hash"] != first["code_hash"]
-    assert f"  ../../code/{changed['code_hash']}/train.py" in changed["job_files"][0]["content"].splitlines()
+    assert '  "$PWD"/../../code/' + changed["code_hash"] + "/train.py" in changed["job_files"][0]["content"].splitlines()
 
 
 def test_code_over_its_limit_is_refused_before_anything_is_staged(script):
