@@ -152,3 +152,8 @@ def test_the_launchs_plan_from_the_inventory_asks_slurm_nothing_and_lists_what_i
 ])
 def test_the_launchs_plan_refuses_what_the_inventory_alone_says_is_wrong(nodes, request_, problem):
     assert inventory_plan(nodes, **request_)["problem"].startswith(problem)
+
+
+@pytest.mark.parametrize("value, number", [(8, 8), ("8", 8), ("2.0", 2), (2.9, 2), ("x", 0), (None, 0), ("", 0)])
+def test_an_inventory_count_is_read_as_jinjas_int_reads_it(value, number):
+    assert launch_request.as_int(value) == number

@@ -228,3 +228,50 @@ def test_each_key_of_the_request_is_the_roles_variable_of_that_name():
     assert set(keys) == set(action.REQUEST_KEYS)
     for key, value in keys.items():
         assert value == f"{{{{ {action.ROLE_PREFIX}{key} }}}}", (key, value)
+
+
+def test_a_script_or_code_dir_path_with_a_control_character_is_refused_naming_it(script):
+    with pytest.raises(action.AnsibleActionFail, match=r"script='tr\\nain.py' is not allowed: a path without newlines"):
+        run(request(script, script="tr\nain.py"))
+    with pytest.raises(action.AnsibleActionFail, match=r"script='code\\x07' is not allowed"):
+        run(request(script, code_dir="code\a"))
+
+
+@pytest.mark.parametrize("env_from, env, said", [
+    (7, {}, "env_from=7 is not allowed: give names of variables of the controller's environment, e.g. -e env_from=HF_TOKEN"),
+    (["HF_TOKEN", 7], {}, "env_from=['HF_TOKEN', 7] is not allowed: give names"),
+    ("HF_TOKEN", {"HF_TOKEN": "x"}, "env_from=HF_TOKEN is not allowed: slurm_launch_env sets HF_TOKEN too; give it once"),
+    # env that is no mapping: value_problems names env, not env_from.
+    ("HF_TOKEN", ["HF_TOKEN=x"], "env=['HF_TOKEN=x'] is not allowed: give a mapping"),
+])
+def test_env_from_of_no_names_or_one_env_sets_too_is_refused(script, monkeypatch, env_from, env, said):
+    monkeypatch.setenv("HF_TOKEN", "hf_from_env")
+    assert said in run(request(script, env_from=env_from, env=env))["msg"]
+
+
+def test_env_from_given_as_words_takes_each_and_none_takes_nothing(script, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "a")
+    monkeypatch.setenv("WANDB_API_KEY", "b")
+    assert run(request(script, env_from=" HF_TOKEN, ,WANDB_API_KEY "))["job"]["env"] == {"HF_TOKEN": "a",
+                                                                                        "WANDB_API_KEY": "b"}
+    assert action.env_from_environment({"env_from": "", "env": {"A": "1"}}, {"A": "2"}) == (
+        {"env_from": "", "env": {"A": "1"}}, "")
+
+
+def test_an_extra_vars_file_without_env_is_not_held_to_its_mode_and_one_that_is_gone_is_named():
+    def load(data):
+        return lambda path: data
+    assert action.command_line_secret_problem(["@/nowhere.yml"], load({"nodes": "n1"}), load({})) == ""
+    assert action.command_line_secret_problem(["@/nowhere.yml"], load(["env"]), load({})) == ""
+    assert action.command_line_secret_problem(["@/nowhere.yml"], load({"slurm_launch_env": {"A": "1"}}), load({})) == \
+        "-e @/nowhere.yml: No such file or directory"
+    assert action.command_line_secret_problem(["@/nowhere.yml"], load({"env": {"A": "1"}}), load({})) == \
+        "-e @/nowhere.yml: No such file or directory"
+
+
+def test_a_value_given_that_is_no_plain_data_leaves_the_templated_one():
+    import datetime
+    given = {"slurm_launch_script_args": datetime.date(2026, 12, 7), "slurm_launch_time_limit": "a{#c#}b"}
+    templated = {key: "templated" for key in action.VERBATIM_KEYS}
+    result = action.verbatim_values(templated, given, (), {})
+    assert result["script_args"] == "templated" and result["time_limit"] == "a{#c#}b"
