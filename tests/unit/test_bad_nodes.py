@@ -85,6 +85,17 @@ def test_malformed_entries_are_left_out_and_the_rest_kept():
     assert bad_nodes.parse([]) == {} and bad_nodes.parse({"nodes": []}) == {}
 
 
+def test_a_malformed_entry_before_good_ones_costs_only_itself():
+    good = {"reason": "HEALTH", "since": NOW, "until": NOW + HOUR, "job_id": 3}
+    data = {"nodes": {"list": ["HUNG"], "a": good, "noreason": {**good, "reason": "TIRED"}, "b": good}}
+    assert set(bad_nodes.parse(data)) == {"a", "b"}
+
+
+def test_nodes_marked_at_one_time_are_listed_by_name():
+    records = {name: {"reason": "HUNG", "since": NOW, "until": NOW + HOUR, "job_id": None} for name in ("n2", "n10", "n1")}
+    assert [entry["node"] for entry in bad_nodes.listed(records)] == ["n1", "n10", "n2"]
+
+
 def test_a_job_id_that_is_no_number_is_kept_as_none_and_times_as_whole_seconds():
     entry = {"reason": "HUNG", "since": NOW + 0.7, "until": NOW + HOUR + 0.2}
     data = {"nodes": {"n1": {**entry, "job_id": True}, "n2": {**entry, "job_id": "12"}, "n3": {**entry, "job_id": 5}}}
@@ -163,9 +174,10 @@ def test_a_users_directory_of_another_user_is_refused(jobs):
 def test_a_record_that_is_no_json_or_over_a_megabyte_reads_as_none(jobs):
     path = jobs / user() / "nodes.json"
     text = json.dumps({"nodes": mark({})})
-    path.write_text(" " * (bad_nodes.MAX_RECORD_BYTES - len(text)) + text)
+    limit = 1024 * 1024  # a record's most: a planted or runaway file costs no more to read
+    path.write_text(" " * (limit - len(text)) + text)
     assert set(bad_nodes.read(str(jobs))) == {"node111"}, "a record of exactly the limit is read"
-    path.write_text(" " * (bad_nodes.MAX_RECORD_BYTES + 1 - len(text)) + text)
+    path.write_text(" " * (limit + 1 - len(text)) + text)
     assert bad_nodes.read(str(jobs)) == {}, "one byte more is not read whole, so not at all"
     path.write_text('{"nodes": {"node111": ')
     assert bad_nodes.read(str(jobs)) == {}
@@ -191,6 +203,20 @@ def test_a_users_directory_that_is_a_file_or_a_record_that_is_a_directory_is_ref
     (root / user()).write_text("")
     with pytest.raises(bad_nodes.Refused, match=f"{root}/{user()} is a link or not a directory"):
         bad_nodes.read(str(root))
+
+
+def test_the_record_and_its_lock_are_private_from_the_moment_they_are_made(jobs, monkeypatch):
+    # A file made readable and only then chmod-ed could be opened by another user in between.
+    made = []
+    fchmod = os.fchmod
+    monkeypatch.setattr(bad_nodes.os, "fchmod", lambda fd, mode: made.append(os.fstat(fd).st_mode) or fchmod(fd, mode))
+    umask = os.umask(0o022)
+    try:
+        bad_nodes.update(str(jobs), mark, now=NOW)
+    finally:
+        os.umask(umask)
+    assert [stat.S_IMODE(mode) for mode in made] == [0o600]
+    assert stat.S_IMODE((jobs / user() / ".nodes.json.lock").stat().st_mode) == 0o600
 
 
 def test_a_write_that_fails_leaves_no_partial_file(jobs):
