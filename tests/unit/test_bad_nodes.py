@@ -324,3 +324,7 @@ def test_bad_node_hours_is_checked_with_the_values_given():
     for bad in ("-1", "a day", True, "nan", str(launch_request.MAX_BAD_NODE_HOURS + 1)):
         assert launch_request.value_problems({"bad_node_hours": bad}) == [
             f"bad_node_hours={bad!r} is not allowed: {launch_request.BAD_NODE_HOURS_RULE}"]
+
+
+def test_bad_node_hours_go_up_to_a_leap_year():
+    assert launch_request.bad_node_hours(366 * 24) == 8784 and launch_request.bad_node_hours("8784.5") is None

@@ -371,3 +371,7 @@ def test_the_dump_command_needs_its_job_restart_and_directory(argv, capsys):
     with pytest.raises(SystemExit) as exited:
         hang_dump.main(argv)
     assert exited.value.code == 2 and "required" in capsys.readouterr().err
+
+
+def test_hang_minutes_go_up_to_a_week():
+    assert launch_request.hang_minutes(7 * 24 * 60) == 10080 and launch_request.hang_minutes("10080.5") is None

@@ -248,6 +248,30 @@ def test_a_gate_record_that_cannot_be_written_is_said_and_the_verdict_still_give
     assert "(2 nodes, matmul 0.200-0.200 s" in proc.stderr
 
 
+def test_a_node_without_a_result_before_one_with_is_the_only_one_named(tmp_path):
+    verdict, said, records = judge(tmp_path, {"n2": result("n2", 0.2)}, "--explicit")
+    assert verdict == "fail - n1:HEALTH" and records[0]["nodes"]["n2"]["seconds"] == 0.2
+
+
+def test_the_gates_record_keeps_its_cost_to_the_hundredth(tmp_path, monkeypatch, capsys):
+    for node in ("n1", "n2"):
+        (tmp_path / f".42.health.{node}").write_text(json.dumps(result(node)) + "\n")
+    monkeypatch.setattr(health_check.time, "time", lambda: 1000.123456)
+    args = health_check.parse_args(["--judge", "--dir", str(tmp_path), "--tag", "42", "--nodes", "n1,n2",
+                                    "--started", "997"])
+    assert health_check.judge_main(args) == 0
+    (record,) = run_cost.parse_health((tmp_path / "health-42.jsonl").read_text())
+    assert record["seconds"] == 3.12 and record["summary"].startswith("restart 0: passed in 3.1 s (2 nodes")
+    assert capsys.readouterr().out == "pass -\n"
+
+
+@pytest.mark.parametrize("time_us, said", [(1049.9, "1.0 ms"), (1050.5, "1.1 ms"), (250000, "250.0 ms")])
+def test_the_all_reduce_is_said_in_milliseconds_to_a_tenth(time_us, said):
+    record = {"restart": 0, "action": "pass", "nodes": {}, "allreduce": {"time_us": time_us, "bytes": 1 << 20,
+                                                                         "backend": "gloo"}}
+    assert health_check.summary_line(record) == f"restart 0: passed (0 nodes, all-reduce 1 MiB {said} (gloo))"
+
+
 def test_two_nodes_named_on_a_node_list_are_them():
     two = [{"node": "n1", "reason": "HEALTH", "why": "slow"}, *SLOW]
     assert health_check.decide(two, "", True, 0, 2, [], [], 2)["message"].startswith(
