@@ -74,6 +74,7 @@ def test_a_dump_without_py_spy_has_ranks_and_no_frames():
     ({0: ("node110", "a", "1"), 1: ("node111", "b", "1")}, []),
     # Ranks without stacks (no py-spy) count for nothing: one rank with a frame tells nothing.
     ({0: ("node110", None, "1"), 1: ("node111", "a", "1")}, []),
+    ({0: ("node110", None, "1"), 1: ("node110", None, "1"), 2: ("node111", "a", "1")}, []),
     # Two odd ranks on two nodes, against three: both nodes, once each.
     ({0: ("n1", "x", "1"), 1: ("n1", "x", "1"), 2: ("n2", "x", "1"), 3: ("n3", "y", "1"), 4: ("n4", "z", "1")},
      ["n3", "n4"]),
@@ -309,7 +310,7 @@ def test_a_dump_without_py_spy_or_with_a_broken_one_still_names_the_workers(tmp_
     monkeypatch.setenv("PATH", "/nowhere")
     monkeypatch.delenv("PY_SPY", raising=False)
     monkeypatch.delenv("SLURM_STEP_ID", raising=False)
-    procs = start_workers([0], node="node110")
+    procs = start_workers([0, 1], node="node110")
     try:
         hang_dump.dump(HUNG_JOB_ID, 0, str(tmp_path))
         said = capsys.readouterr().out
@@ -319,8 +320,9 @@ def test_a_dump_without_py_spy_or_with_a_broken_one_still_names_the_workers(tmp_
         stop(procs)
     lines = (tmp_path / f"hang-{HUNG_JOB_ID}-0-node110.txt").read_text().splitlines()
     assert lines[1:] == ["# py-spy is not on this node's PATH (nor in $PY_SPY): no stacks; add py-spy to the training env",
-                         f"=== rank 0 on node110 pid {procs[0].pid} step 5 ==="]
-    assert said.startswith("hang: 1 worker(s) on node110 (no py-spy: no stacks) -> ")
+                         f"=== rank 0 on node110 pid {procs[0].pid} step 5 ===",
+                         f"=== rank 1 on node110 pid {procs[1].pid} step 5 ==="]
+    assert said.startswith("hang: 2 worker(s) on node110 (no py-spy: no stacks) -> ")
     lines = (tmp_path / f"hang-{HUNG_JOB_ID}-1-node110.txt").read_text().splitlines()
     assert lines[2].startswith("# py-spy failed: [Errno 2] No such file or directory")
 
@@ -375,3 +377,17 @@ def test_the_dump_command_needs_its_job_restart_and_directory(argv, capsys):
 
 def test_hang_minutes_go_up_to_a_week():
     assert launch_request.hang_minutes(7 * 24 * 60) == 10080 and launch_request.hang_minutes("10080.5") is None
+
+
+def test_without_a_main_thread_the_first_threads_frame_counts_and_an_idle_main_thread_wins():
+    threads_only = 'Thread 7 (idle): "Thread-1"\n    loop (a.py:3)\n    run (threading.py:982)\n' \
+                   'Thread 8 (idle): "Thread-2"\n    other (b.py:4)'
+    idle_main = 'Thread 7 (idle): "MainThread"\nThread 8 (idle): "Thread-1"\n    loop (a.py:3)'
+    frames = hang_dump.innermost_frames(dump_file("node111", {0: threads_only, 1: idle_main}))
+    assert frames == {0: ("node111", "loop (a.py:3)", "1"), 1: ("node111", None, "1")}
+
+
+def test_help_says_what_the_program_is(capsys):
+    with pytest.raises(SystemExit):
+        hang_dump.main(["--help"])
+    assert "What a hung training was doing: every torchrun worker's Python stacks" in capsys.readouterr().out
