@@ -51,11 +51,11 @@ def request(trainer, **given):
     return {**values, **given}
 
 
-def run(the_request, extra_vars=("nodes=node[110-111]",), role_vars=None, **args):
+def run(the_request, extra_vars=("nodes=node[110-111]",), role_vars=None, check_mode=False, **args):
     """The task's result for `ansible-playbook launch.yml -e EXTRA_VARS...` with ``the_request``
     (``role_vars``: more of the task's variables, as the role's defaults and -e give them)."""
     args = {"request": the_request, **args}
-    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_request",
+    task = SimpleNamespace(args=args, async_val=0, check_mode=check_mode, action="slurm_launch_request",
                            get_search_path=lambda: [str(ROLE)])
     loader = DataLoader()
     plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
@@ -275,3 +275,21 @@ def test_a_value_given_that_is_no_plain_data_leaves_the_templated_one():
     templated = {key: "templated" for key in action.VERBATIM_KEYS}
     result = action.verbatim_values(templated, given, (), {})
     assert result["script_args"] == "templated" and result["time_limit"] == "a{#c#}b"
+
+
+def test_check_mode_puts_the_same_job_together_and_nothing_is_made_on_a_host(script):
+    # It reads the controller's files and the inventory only: no temporary directory on the target.
+    with mock.patch.object(action.ActionModule, "_make_tmp_path", side_effect=AssertionError("made a remote tmp dir")):
+        checked = run(request(script), check_mode=True)
+        assert not checked.get("failed") and checked["job"] == run(request(script))["job"]
+    # So Ansible's task executor runs it on the controller: a bad request is refused even when the
+    # submit host cannot be reached.
+    assert action.ActionModule._requires_connection is False
+
+
+@pytest.mark.parametrize("port, fits", [(65535, True), (65536, False)])
+def test_master_port_goes_up_to_65535(script, port, fits):
+    result = run(request(script, master_port=port))
+    assert result.get("failed", False) is not fits
+    if not fits:
+        assert result["msg"].startswith("master_port=65536 is not allowed: give a whole number, at least 0 and at most 65535")
