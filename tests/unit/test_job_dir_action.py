@@ -321,3 +321,41 @@ def test_outside_a_work_tree_skipped_directories_and_a_stale_git_file_are_not_st
     files, skipped, facts = staging.list_code(str(code))
     assert ([name for name, _ in files], skipped, facts) == \
         (["pkg/m.py", "train.py"], [], {"git_commit": "", "git_dirty": False, "source": "directory"})
+
+
+def archive_of(tmp_path, content):
+    """The CodeToStage of a code directory holding train.py and data.bin of ``content``."""
+    shutil.rmtree(tmp_path / "code", ignore_errors=True)
+    code = code_tree(tmp_path, {"train.py": "print(1)\n"})
+    (code / "data.bin").write_bytes(content)
+    return staging.CodeToStage({"code_dir": str(code), "script": str(code / "train.py")})
+
+
+def test_code_whose_archive_is_256_kib_goes_inline_and_one_byte_more_is_sent_as_a_file(tmp_path):
+    data = os.urandom(300 * 1024)
+    size = 256 * 1024
+    # Random bytes do not compress: the archive grows by a byte with each byte of them, near enough.
+    for _ in range(20):
+        code = archive_of(tmp_path, data[:size])
+        packed = len(base64.b64decode(code.inline(False) or "")) or None
+        buffer = io.BytesIO()
+        staging.pack(code.files, code.source, buffer)
+        if len(buffer.getvalue()) == 256 * 1024:
+            break
+        size += 256 * 1024 - len(buffer.getvalue())
+    assert len(buffer.getvalue()) == 256 * 1024 and packed == 256 * 1024, "an archive of exactly 256 KiB goes inline"
+    for more in range(1, 20):
+        code = archive_of(tmp_path, data[:size + more])
+        buffer = io.BytesIO()
+        staging.pack(code.files, code.source, buffer)
+        if len(buffer.getvalue()) > 256 * 1024:
+            break
+    assert code.inline(False) is None
+    assert code.inline(True) is None, "a dry run extracts nothing"
+
+
+def test_code_that_compresses_goes_inline_up_to_a_mebibyte_and_larger_is_not_even_packed(tmp_path, monkeypatch):
+    assert archive_of(tmp_path, bytes(1024 * 1024 - 100)).inline(False) is not None
+    packed = []
+    monkeypatch.setattr(staging, "pack", lambda *args: packed.append(args))
+    assert archive_of(tmp_path, bytes(1024 * 1024)).inline(False) is None and packed == []
