@@ -51,14 +51,14 @@ def request(trainer, **given):
     return {**values, **given}
 
 
-def run(the_request, extra_vars=("nodes=node[110-111]",), role_vars=None, check_mode=False, **args):
+def run(the_request, extra_vars=("nodes=node[110-111]",), role_vars=None, check_mode=False, connection=None, **args):
     """The task's result for `ansible-playbook launch.yml -e EXTRA_VARS...` with ``the_request``
     (``role_vars``: more of the task's variables, as the role's defaults and -e give them)."""
     args = {"request": the_request, **args}
     task = SimpleNamespace(args=args, async_val=0, check_mode=check_mode, action="slurm_launch_request",
                            get_search_path=lambda: [str(ROLE)])
     loader = DataLoader()
-    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
+    plugin = action.ActionModule(task, connection or mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
                                  plugin_loader)
     task_vars = {"groups": GROUPS, "hostvars": HOSTVARS, "inventory_hostname": "login01",
                  "ansible_search_path": [str(ROLE)], **(role_vars or {})}
@@ -246,7 +246,8 @@ def test_a_script_or_code_dir_path_with_a_control_character_is_refused_naming_it
 ])
 def test_env_from_of_no_names_or_one_env_sets_too_is_refused(script, monkeypatch, env_from, env, said):
     monkeypatch.setenv("HF_TOKEN", "hf_from_env")
-    assert said in run(request(script, env_from=env_from, env=env))["msg"]
+    result = run(request(script, env_from=env_from, env=env))
+    assert result["failed"] is True and said in result["msg"]
 
 
 def test_env_from_given_as_words_takes_each_and_none_takes_nothing(script, monkeypatch):
@@ -279,8 +280,10 @@ def test_a_value_given_that_is_no_plain_data_leaves_the_templated_one():
 
 def test_check_mode_puts_the_same_job_together_and_nothing_is_made_on_a_host(script):
     # It reads the controller's files and the inventory only: no temporary directory on the target.
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
     with mock.patch.object(action.ActionModule, "_make_tmp_path", side_effect=AssertionError("made a remote tmp dir")):
-        checked = run(request(script), check_mode=True)
+        checked = run(request(script), check_mode=True, connection=connection)
         assert not checked.get("failed") and checked["job"] == run(request(script))["job"]
     # So Ansible's task executor runs it on the controller: a bad request is refused even when the
     # submit host cannot be reached.
@@ -293,3 +296,61 @@ def test_master_port_goes_up_to_65535(script, port, fits):
     assert result.get("failed", False) is not fits
     if not fits:
         assert result["msg"].startswith("master_port=65536 is not allowed: give a whole number, at least 0 and at most 65535")
+
+
+def test_a_request_without_its_request_is_refused_by_the_argument_spec():
+    task = SimpleNamespace(args={}, async_val=0, check_mode=False, action="slurm_launch_request")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), DataLoader(), None, plugin_loader)
+    with pytest.raises(action.AnsibleActionFail, match="missing required arguments: request"):
+        plugin.run(task_vars={})
+
+
+def test_a_node_list_given_as_a_list_of_one_is_where_the_job_runs(script):
+    result = run(request(script, nodes=["node110"]))
+    assert not result.get("failed"), result.get("msg")
+    assert result["job"]["nodelist"] == "node110" and result["job"]["num_nodes"] == 1
+
+
+def test_a_group_of_every_compute_node_or_of_a_one_letter_name_is_a_group_of_compute_nodes(script, monkeypatch):
+    monkeypatch.setitem(GROUPS, "a", ["node110"])
+    for group in ("compute", "a"):
+        result = run(request(script, nodes="", group=group, num_nodes=1), render=False)
+        assert not result.get("failed"), result.get("msg")
+
+
+def test_a_groups_job_of_no_nodes_is_refused_and_one_followed_needs_no_count(script):
+    result = run(request(script, nodes="", group="gpu_A6000", num_nodes=0))
+    assert result["msg"] == ("num_nodes=0 is not allowed: give a whole number, at least 1 (with group, how many of "
+                             "its nodes).")
+    assert not run(request(script, nodes="", group="gpu_A6000", num_nodes=0, job_id=1)).get("failed")
+
+
+def test_job_1_is_followed_and_no_log_lines_is_allowed(script):
+    assert run(request(script, job_id=1, nodes=""))["following"] is True
+    assert not run(request(script, log_tail_lines=0)).get("failed")
+
+
+def test_a_partition_given_is_checked_with_the_values_given(script):
+    assert run(request(script, partition="gpu;id"))["msg"] == (
+        "partition='gpu;id' is not allowed: a Slurm partition name: letters, digits, '_', '.' and '-', starting with "
+        "a letter or digit.")
+
+
+def test_every_item_on_the_command_line_is_looked_at_for_secrets(script, tmp_path):
+    private = tmp_path / "private.yml"
+    private.write_text("slurm_launch_env:\n  HF_TOKEN: hf_file\n")
+    private.chmod(0o600)
+    plain = tmp_path / "plain.yml"
+    plain.write_text("slurm_launch_time_limit: '60'\n")
+    secret = '{"slurm_launch_env": {"HF_TOKEN": "hf_x"}}'
+    for first in (f"@{plain}", f"@{private}"):
+        result = run(request(script, env={"HF_TOKEN": "hf_x"}), extra_vars=(first, secret))
+        assert result["msg"].startswith("slurm_launch_env HF_TOKEN given on the command line"), first
+
+
+def test_a_secrets_file_with_any_permission_for_others_is_refused(script, tmp_path):
+    secrets = tmp_path / "secrets.yml"
+    secrets.write_text("slurm_launch_env:\n  HF_TOKEN: hf_file\n")
+    secrets.chmod(0o601)
+    result = run(request(script, env={"HF_TOKEN": "hf_file"}), extra_vars=(f"@{secrets}",))
+    assert result["msg"].startswith(f"-e @{secrets} sets slurm_launch_env and is readable by others (mode 0601)")
