@@ -183,3 +183,10 @@ def test_a_request_of_every_gpu_and_cpu_of_the_nodes_fits():
     assert inventory_plan(["node110"], nproc_per_node=17)["problem"] == (
         "The request does not fit: nproc_per_node=17 processes on 16 CPUs (one CPU each at least) (gpu_A6000 nodes, "
         "from the inventory's cluster_node_* values).")
+
+
+def test_a_misfit_of_nodes_without_a_node_group_names_the_partition_or_says_the_nodes():
+    given = inventory_plan(["node110"], nccl_env=False, partition="batch", gpus_per_node=9)
+    assert given["problem"].startswith("The request does not fit: gpus_per_node=9 of 8 GPUs (batch nodes, ")
+    bare = inventory_plan(["node110"], nccl_env=False, gpus_per_node=9)
+    assert bare["problem"].startswith("The request does not fit: gpus_per_node=9 of 8 GPUs (the nodes, ")
