@@ -92,3 +92,9 @@ def test_a_task_outside_the_points_has_no_arguments():
     points = launch_request.sweep_points({"lr": [0.1, 0.01]})
     tasks = [{"task": task, "state": "COMPLETED"} for task in (-1, 0, 1, 2)]
     assert [row["args"] for row in launch_request.sweep_report(tasks, points)["rows"]] == ["-", "lr=0.1", "lr=0.01", "-"]
+
+
+def test_a_key_without_values_does_not_hide_the_next_keys_problem():
+    assert launch_request.sweep_problems({"a": [], "b": ["x y"]}) == [
+        "sweep a=[] is not allowed: give a non-empty list of values, e.g. [0.1, 0.01]",
+        f"sweep b value 'x y' is not allowed: {launch_request.SWEEP_VALUE_RULE}"]
