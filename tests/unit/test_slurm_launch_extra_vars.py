@@ -169,3 +169,10 @@ def test_words_with_no_key_that_no_text_on_the_command_line_shows_get_the_genera
     assert launch_request.loose_words_message(["@vars.yml", '{"_raw_params": "b c"}', "nodes=n1"]) == (
         "An -e value has words with no key (Ansible splits -e KEY=VALUE at spaces): quote it, "
         "-e '{\"KEY\": \"a b\"}' or -e \"KEY='a b'\".")
+
+
+def test_only_the_words_before_the_next_key_are_said_to_have_no_key():
+    assert launch_request.loose_words_message(["script_args=--lr 0.1 job_name=x extra"]) == (
+        "-e 'script_args=--lr 0.1 job_name=x extra': Ansible splits an -e value at spaces, so script_args got only "
+        "'--lr' and '0.1' has no key. Quote a value with spaces: -e '{\"script_args\": \"--lr 0.1\"}' or "
+        "-e \"script_args='--lr 0.1'\".")

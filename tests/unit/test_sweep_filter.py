@@ -98,3 +98,7 @@ def test_a_key_without_values_does_not_hide_the_next_keys_problem():
     assert launch_request.sweep_problems({"a": [], "b": ["x y"]}) == [
         "sweep a=[] is not allowed: give a non-empty list of values, e.g. [0.1, 0.01]",
         f"sweep b value 'x y' is not allowed: {launch_request.SWEEP_VALUE_RULE}"]
+
+
+def test_the_table_of_a_sweep_of_one_point():
+    assert launch_request.sweep_table(launch_request.sweep_points({"lr": [0.1]})) == "task\tlr\n0\t0.1\n"
