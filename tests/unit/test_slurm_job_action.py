@@ -499,3 +499,21 @@ def test_the_nodes_checks_notes_are_shown_and_a_tasks_log_lines_carry_its_task_i
                           progress_every=5)
     assert lines == [notes[0], "job 7 (train): RUNNING on node110", "  7_2 | step 1",
                      "job 7 (train): COMPLETED, exit code 0, 3 s", "  7_2: COMPLETED, exit code 0"]
+
+
+def test_an_expected_files_message_fails_the_task_only_when_a_file_is_missing(tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    result, _ = run_slices([slice_result("PENDING", False, submitted=True, staged={"made": [], "code_present": True})],
+                           stage={"jobs_root": "/nas/jobs", "job_name": "train", "code_dir": str(tmp_path),
+                                  "script": str(tmp_path / "train.py"), "expect_files": ["/nas/env/nccl-gpu.sh"],
+                                  "expect_files_message": "The NCCL env file /nas/env/nccl-gpu.sh is missing"},
+                           wait=False)
+    assert not result.get("failed") and result["job_id"] == 7
+
+
+def test_with_collect_writing_the_outputs_is_a_change_even_of_a_job_found_running(tmp_path):
+    run_dir = tmp_path / "jobs" / "alice" / "train" / "runs" / "1"
+    found = {**finished_job(run_dir, changed=False, found_existing=True, collected_files={}), "submitted": False}
+    result, _ = run_slices([found], connection=NothingThere(),
+                           collect={"outputs_dir": str(tmp_path / "outputs"), "jobs_dir": str(tmp_path / "jobs")})
+    assert result["changed"] is True and (tmp_path / "outputs" / "train-7" / "job.json").exists()
