@@ -517,3 +517,15 @@ def test_with_collect_writing_the_outputs_is_a_change_even_of_a_job_found_runnin
     result, _ = run_slices([found], connection=NothingThere(),
                            collect={"outputs_dir": str(tmp_path / "outputs"), "jobs_dir": str(tmp_path / "jobs")})
     assert result["changed"] is True and (tmp_path / "outputs" / "train-7" / "job.json").exists()
+
+
+def test_with_collect_a_job_cancelled_as_asked_does_not_fail_and_a_succeeded_one_keeps_the_modules_failure(tmp_path):
+    run_dir = tmp_path / "jobs" / "alice" / "train" / "runs" / "1"
+    collect = {"outputs_dir": str(tmp_path / "outputs"), "jobs_dir": str(tmp_path / "jobs"), "cancelled": True}
+    cancelled = finished_job(run_dir, failed=True, msg="Slurm job 7 ended in state CANCELLED", collected_files={})
+    cancelled.update(state="CANCELLED", outcome="cancelled", exit_code=0)
+    result, _ = run_slices([cancelled], connection=NothingThere(), collect=collect)
+    assert result["failed"] is False and "msg" not in result
+    unrecorded = finished_job(run_dir, failed=True, msg="cannot write the run record", collected_files={})
+    result, _ = run_slices([unrecorded], connection=NothingThere(), collect={**collect, "cancelled": False})
+    assert (result["failed"], result["msg"]) == (True, "cannot write the run record")
