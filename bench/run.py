@@ -222,7 +222,9 @@ class Cluster:
 
     def run_dir(self, name):
         """The newest run directory of a job name (the one its launch made)."""
-        runs = sorted((self.job_dir(name) / "runs").glob("*"), key=lambda path: (len(path.name), path.name))
+        # Runs are numbered directories; runs/.lock beside them is the launches' lock file.
+        runs = sorted((path for path in (self.job_dir(name) / "runs").glob("*") if path.name.isdigit()),
+                      key=lambda path: (len(path.name), path.name))
         return runs[-1] if runs else None
 
     def ctld_rpcs(self):
