@@ -10,6 +10,7 @@ import base64
 import io
 import json
 import os
+import random
 import shutil
 import subprocess
 import tarfile
@@ -328,30 +329,30 @@ def archive_of(tmp_path, content):
     shutil.rmtree(tmp_path / "code", ignore_errors=True)
     code = code_tree(tmp_path, {"train.py": "print(1)\n"})
     (code / "data.bin").write_bytes(content)
+    for name in ("train.py", "data.bin"):
+        os.utime(code / name, (1_800_000_000, 1_800_000_000))  # the same tar headers every time
     return staging.CodeToStage({"code_dir": str(code), "script": str(code / "train.py")})
 
 
 def test_code_whose_archive_is_256_kib_goes_inline_and_one_byte_more_is_sent_as_a_file(tmp_path):
-    data = os.urandom(300 * 1024)
-    size = 256 * 1024
-    # Random bytes do not compress: the archive grows by a byte with each byte of them, near enough.
-    for _ in range(20):
+    data = random.Random(0).randbytes(300 * 1024)  # does not compress: the archive grows with it
+
+    def archive_size(size):
         code = archive_of(tmp_path, data[:size])
-        packed = len(base64.b64decode(code.inline(False) or "")) or None
         buffer = io.BytesIO()
         staging.pack(code.files, code.source, buffer)
-        if len(buffer.getvalue()) == 256 * 1024:
-            break
-        size += 256 * 1024 - len(buffer.getvalue())
-    assert len(buffer.getvalue()) == 256 * 1024 and packed == 256 * 1024, "an archive of exactly 256 KiB goes inline"
-    for more in range(1, 20):
-        code = archive_of(tmp_path, data[:size + more])
-        buffer = io.BytesIO()
-        staging.pack(code.files, code.source, buffer)
-        if len(buffer.getvalue()) > 256 * 1024:
-            break
-    assert code.inline(False) is None
-    assert code.inline(True) is None, "a dry run extracts nothing"
+        return code, len(buffer.getvalue())
+
+    # The data size where the archive passes 256 KiB: at most 256 KiB with it, over with one byte more.
+    low, high = 200 * 1024, 300 * 1024
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if archive_size(middle)[1] <= 256 * 1024 else (low, middle)
+    (inside, inside_size), (over, over_size) = archive_size(low), archive_size(high)
+    assert 256 * 1024 - 64 < inside_size <= 256 * 1024 < over_size < 256 * 1024 + 64
+    assert len(base64.b64decode(inside.inline(False))) == inside_size, "an archive of up to 256 KiB goes inline"
+    assert over.inline(False) is None
+    assert inside.inline(True) is None, "a dry run extracts nothing"
 
 
 def test_code_that_compresses_goes_inline_up_to_a_mebibyte_and_larger_is_not_even_packed(tmp_path, monkeypatch):
