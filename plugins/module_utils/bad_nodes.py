@@ -34,7 +34,6 @@ LOCK_NAME = ".nodes.json.lock"
 # NODE_FAIL: a node Slurm found failed under the job; GPU_CHECK: the job's GPU check failed there;
 # HUNG: the hang watchdog named it; HEALTH: the health gate found it failing or slow.
 REASONS = ("NODE_FAIL", "GPU_CHECK", "HUNG", "HEALTH")
-DEFAULT_HOURS = 24.0
 # Slurm's node names (module_utils/slurm.py's rule, restated: this file stands alone on the nodes).
 NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 USER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -176,10 +175,11 @@ def _read_at(dir_fd, path, uid):
             raise Refused(f"{path} is a symbolic link: refusing to read it as your bad nodes (another user may "
                           f"have planted it); remove it (rm {path})") from None
         raise Refused(f"cannot read {path}: {error.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # checked before fdopen, which refuses a directory in its own words
+        os.close(fd)
+        raise Refused(f"{path} is not a regular file: remove it")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise Refused(f"{path} is not a regular file: remove it")
         if info.st_uid != uid:
             raise Refused(f"{path} belongs to {owner_name(info.st_uid)}, not to {owner_name(uid)}: refusing to "
                           f"take another user's file for your bad nodes; remove it (rm {path})")

@@ -63,6 +63,9 @@ def test_forget_removes_that_node_only():
     ("node111", "SLOW", 24, "reason 'SLOW' is not one of NODE_FAIL, GPU_CHECK, HUNG, HEALTH"),
     ("node111", "NODE_FAIL", 0, "hours 0: give how many hours"),
     ("node111", "NODE_FAIL", -1, "hours -1"),
+    ("node111", "NODE_FAIL", True, "hours True"),
+    ("node111", "NODE_FAIL", "24", "hours '24'"),
+    (110, "NODE_FAIL", 24, "node 110 is no node name"),
 ])
 def test_a_bad_mark_is_refused_naming_the_value(node, reason, hours, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -80,6 +83,24 @@ def test_malformed_entries_are_left_out_and_the_rest_kept():
     }}
     assert bad_nodes.parse(data) == {"good": {"reason": "HEALTH", "since": NOW, "until": NOW + HOUR, "job_id": 3}}
     assert bad_nodes.parse([]) == {} and bad_nodes.parse({"nodes": []}) == {}
+
+
+def test_a_malformed_entry_before_good_ones_costs_only_itself():
+    good = {"reason": "HEALTH", "since": NOW, "until": NOW + HOUR, "job_id": 3}
+    data = {"nodes": {"list": ["HUNG"], "a": good, "noreason": {**good, "reason": "TIRED"}, "b": good}}
+    assert set(bad_nodes.parse(data)) == {"a", "b"}
+
+
+def test_nodes_marked_at_one_time_are_listed_by_name():
+    records = {name: {"reason": "HUNG", "since": NOW, "until": NOW + HOUR, "job_id": None} for name in ("n2", "n10", "n1")}
+    assert [entry["node"] for entry in bad_nodes.listed(records)] == ["n1", "n10", "n2"]
+
+
+def test_a_job_id_that_is_no_number_is_kept_as_none_and_times_as_whole_seconds():
+    entry = {"reason": "HUNG", "since": NOW + 0.7, "until": NOW + HOUR + 0.2}
+    data = {"nodes": {"n1": {**entry, "job_id": True}, "n2": {**entry, "job_id": "12"}, "n3": {**entry, "job_id": 5}}}
+    assert bad_nodes.parse(data) == {name: {"reason": "HUNG", "since": NOW, "until": NOW + HOUR, "job_id": job_id}
+                                     for name, job_id in (("n1", None), ("n2", None), ("n3", 5))}
 
 
 def test_a_line_names_the_node_why_the_job_and_until_when():
@@ -160,6 +181,81 @@ def test_a_users_directory_of_another_user_is_refused(jobs):
     assert not (jobs / user() / "nodes.json").exists()
 
 
+def test_a_record_that_is_no_json_or_over_a_megabyte_reads_as_none(jobs):
+    path = jobs / user() / "nodes.json"
+    text = json.dumps({"nodes": mark({})})
+    limit = 1024 * 1024  # a record's most: a planted or runaway file costs no more to read
+    path.write_text(" " * (limit - len(text)) + text)
+    assert set(bad_nodes.read(str(jobs))) == {"node111"}, "a record of exactly the limit is read"
+    path.write_text(" " * (limit + 1 - len(text)) + text)
+    assert bad_nodes.read(str(jobs)) == {}, "one byte more is not read whole, so not at all"
+    path.write_text('{"nodes": {"node111": ')
+    assert bad_nodes.read(str(jobs)) == {}
+
+
+def test_a_jobs_root_not_made_yet_reads_as_none_and_one_that_is_a_file_is_refused(tmp_path):
+    assert bad_nodes.read(str(tmp_path / "nowhere")) == {}
+    (tmp_path / "file").write_text("")
+    with pytest.raises(bad_nodes.Refused, match=f"jobs directory {tmp_path}/file: Not a directory"):
+        bad_nodes.read(str(tmp_path / "file"))
+
+
+def test_a_users_directory_that_is_a_file_or_a_record_that_is_a_directory_is_refused(tmp_path, jobs):
+    (jobs / user() / "nodes.json").mkdir()
+    with pytest.raises(bad_nodes.Refused, match="nodes.json is not a regular file: remove it"):
+        bad_nodes.read(str(jobs))
+    (jobs / user() / "nodes.json").rmdir()
+    os.mkfifo(jobs / user() / "nodes.json")
+    with pytest.raises(bad_nodes.Refused, match="nodes.json is not a regular file: remove it"):
+        bad_nodes.read(str(jobs))
+    root = tmp_path / "other"
+    root.mkdir()
+    (root / user()).write_text("")
+    with pytest.raises(bad_nodes.Refused, match=f"{root}/{user()} is a link or not a directory"):
+        bad_nodes.read(str(root))
+
+
+def test_the_record_and_its_lock_are_private_from_the_moment_they_are_made(jobs, monkeypatch):
+    # A file made readable and only then chmod-ed could be opened by another user in between.
+    made = []
+    fchmod = os.fchmod
+    monkeypatch.setattr(bad_nodes.os, "fchmod", lambda fd, mode: made.append(os.fstat(fd).st_mode) or fchmod(fd, mode))
+    umask = os.umask(0o022)
+    try:
+        bad_nodes.update(str(jobs), mark, now=NOW)
+    finally:
+        os.umask(umask)
+    assert [stat.S_IMODE(mode) for mode in made] == [0o600]
+    assert stat.S_IMODE((jobs / user() / ".nodes.json.lock").stat().st_mode) == 0o600
+
+
+def test_a_write_that_fails_leaves_no_partial_file(jobs):
+    with pytest.raises(TypeError):
+        bad_nodes.update(str(jobs), lambda records: {"node111": {"until": NOW + HOUR, "odd": {1}}}, now=NOW)
+    assert os.listdir(jobs / user()) == [".nodes.json.lock"]
+
+
+def test_a_link_planted_at_the_temporary_name_is_not_written_through(jobs, tmp_path, monkeypatch):
+    monkeypatch.setattr(bad_nodes.os, "urandom", lambda size: b"\x07" * size)
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    (jobs / user() / f".nodes.json.{os.getpid()}.07070707").symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        bad_nodes.update(str(jobs), mark, now=NOW)
+    assert victim.read_text() == "mine" and not (jobs / user() / "nodes.json").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_lock_of_another_user_is_refused(jobs):
+    lock = jobs / user() / ".nodes.json.lock"
+    lock.write_text("")
+    os.chown(lock, OTHER_UID, OTHER_UID)
+    with pytest.raises(bad_nodes.Refused, match=r"\.nodes\.json\.lock belongs to another user: remove it"):
+        bad_nodes.update(str(jobs), mark, now=NOW)
+    assert not (jobs / user() / "nodes.json").exists()
+    assert bad_nodes.update(str(jobs), mark, now=NOW, dry=True)[1] == mark({}), "a dry update takes no lock"
+
+
 def run_program(*args):
     return subprocess.run([sys.executable, bad_nodes.__file__, *map(str, args)], capture_output=True, text=True)
 
@@ -172,14 +268,15 @@ def test_the_job_sides_program_marks_a_node_and_says_so(jobs):
     assert (record["reason"], record["job_id"], record["until"] - record["since"]) == ("GPU_CHECK", 77, 1800)
 
 
-@pytest.mark.parametrize("args, message", [
-    (("node111", "SLOW", "24", "1"), "bad node node111 not recorded: reason 'SLOW' is not one of"),
-    (("node111", "HUNG", "a day", "1"), "bad node node111 not recorded: could not convert string to float"),
-    (("node111", "HUNG", "24"), "usage: bad_nodes.py mark JOBS_ROOT NODE REASON HOURS JOB_ID"),
+@pytest.mark.parametrize("args, code, message", [
+    (("mark", "node111", "SLOW", "24", "1"), 1, "bad node node111 not recorded: reason 'SLOW' is not one of"),
+    (("mark", "node111", "HUNG", "a day", "1"), 1, "bad node node111 not recorded: could not convert string to float"),
+    (("mark", "node111", "HUNG", "24"), 2, "usage: bad_nodes.py mark JOBS_ROOT NODE REASON HOURS JOB_ID"),
+    (("list", "node111", "HUNG", "24", "1"), 2, "usage: bad_nodes.py mark JOBS_ROOT NODE REASON HOURS JOB_ID"),
 ])
-def test_the_program_refuses_bad_arguments_and_writes_nothing(jobs, args, message):
-    proc = run_program("mark", jobs, *args)
-    assert proc.returncode != 0 and message in proc.stderr
+def test_the_program_refuses_bad_arguments_and_writes_nothing(jobs, args, code, message):
+    proc = run_program(args[0], jobs, *args[1:])
+    assert proc.returncode == code and message in proc.stderr
     assert not (jobs / user() / "nodes.json").exists()
 
 
@@ -237,3 +334,7 @@ def test_bad_node_hours_is_checked_with_the_values_given():
     for bad in ("-1", "a day", True, "nan", str(launch_request.MAX_BAD_NODE_HOURS + 1)):
         assert launch_request.value_problems({"bad_node_hours": bad}) == [
             f"bad_node_hours={bad!r} is not allowed: {launch_request.BAD_NODE_HOURS_RULE}"]
+
+
+def test_bad_node_hours_go_up_to_a_leap_year():
+    assert launch_request.bad_node_hours(366 * 24) == 8784 and launch_request.bad_node_hours("8784.5") is None

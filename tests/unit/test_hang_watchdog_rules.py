@@ -74,6 +74,7 @@ def test_a_dump_without_py_spy_has_ranks_and_no_frames():
     ({0: ("node110", "a", "1"), 1: ("node111", "b", "1")}, []),
     # Ranks without stacks (no py-spy) count for nothing: one rank with a frame tells nothing.
     ({0: ("node110", None, "1"), 1: ("node111", "a", "1")}, []),
+    ({0: ("node110", None, "1"), 1: ("node110", None, "1"), 2: ("node111", "a", "1")}, []),
     # Two odd ranks on two nodes, against three: both nodes, once each.
     ({0: ("n1", "x", "1"), 1: ("n1", "x", "1"), 2: ("n2", "x", "1"), 3: ("n3", "y", "1"), 4: ("n4", "z", "1")},
      ["n3", "n4"]),
@@ -260,3 +261,133 @@ def test_the_workers_are_this_jobs_torchrun_children_on_this_node_not_their_own_
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def start_workers(ranks, node="node111", **more):
+    """Stand-in torchrun workers of HUNG_JOB_ID on ``node``, one per rank, in the given order."""
+    return [subprocess.Popen(["sleep", "60"], env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": HUNG_JOB_ID,
+                                                    "SLURMD_NODENAME": node, "RANK": str(rank),
+                                                    "TORCHELASTIC_RUN_ID": "x", "SLURM_STEP_ID": "5", **more})
+            for rank in ranks]
+
+
+def stop(procs):
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_dump_has_each_worker_in_rank_order_with_py_spys_words_and_failures(tmp_path, monkeypatch, capsys):
+    py_spy = tmp_path / "py-spy"
+    # py-spy as a stand-in: a stack for rank 1, a failure for rank 0.
+    py_spy.write_text('#!/bin/bash\nif tr "\\0" "\\n" < /proc/$3/environ | grep -qx RANK=1; then '
+                      'echo "Thread $3 (idle): \\"MainThread\\""; echo "    wait (x.py:1)"; '
+                      'else echo "Error: no such process" >&2; exit 3; fi\n')
+    py_spy.chmod(0o700)
+    monkeypatch.setenv("SLURMD_NODENAME", "node111")
+    monkeypatch.setenv("SLURM_STEP_ID", "9")
+    monkeypatch.setenv("PY_SPY", str(py_spy))
+    procs = start_workers([1, 0])
+    try:
+        hang_dump.dump(HUNG_JOB_ID, 2, str(tmp_path))
+    finally:
+        stop(procs)
+    path = tmp_path / f"hang-{HUNG_JOB_ID}-2-node111.txt"
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith(f"# hang of job {HUNG_JOB_ID} (restart 2) on node111, ")
+    assert lines[0].endswith(": 2 torchrun worker(s)")
+    assert lines[1:] == [f"=== rank 0 on node111 pid {procs[1].pid} step 5 ===", "",
+                         "# py-spy exited 3: Error: no such process",
+                         f"=== rank 1 on node111 pid {procs[0].pid} step 5 ===",
+                         f'Thread {procs[0].pid} (idle): "MainThread"', "    wait (x.py:1)"]
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert capsys.readouterr().out == f"hang: 2 worker(s) on node111 -> {path}\n"
+    assert hang_dump.innermost_frames(path.read_text()) == {0: ("node111", None, "5"), 1: ("node111", "wait (x.py:1)", "5")}
+
+
+def test_a_dump_without_py_spy_or_with_a_broken_one_still_names_the_workers(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SLURMD_NODENAME", "node110")
+    monkeypatch.setenv("PATH", "/nowhere")
+    monkeypatch.delenv("PY_SPY", raising=False)
+    monkeypatch.delenv("SLURM_STEP_ID", raising=False)
+    procs = start_workers([0, 1], node="node110")
+    try:
+        hang_dump.dump(HUNG_JOB_ID, 0, str(tmp_path))
+        said = capsys.readouterr().out
+        monkeypatch.setenv("PY_SPY", str(tmp_path / "missing-py-spy"))
+        hang_dump.dump(HUNG_JOB_ID, 1, str(tmp_path))
+    finally:
+        stop(procs)
+    lines = (tmp_path / f"hang-{HUNG_JOB_ID}-0-node110.txt").read_text().splitlines()
+    assert lines[1:] == ["# py-spy is not on this node's PATH (nor in $PY_SPY): no stacks; add py-spy to the training env",
+                         f"=== rank 0 on node110 pid {procs[0].pid} step 5 ===",
+                         f"=== rank 1 on node110 pid {procs[1].pid} step 5 ==="]
+    assert said.startswith("hang: 2 worker(s) on node110 (no py-spy: no stacks) -> ")
+    lines = (tmp_path / f"hang-{HUNG_JOB_ID}-1-node110.txt").read_text().splitlines()
+    assert lines[2].startswith("# py-spy failed: [Errno 2] No such file or directory")
+
+
+def test_a_dump_does_not_write_through_a_planted_link_and_replaces_an_old_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURMD_NODENAME", "node110")
+    monkeypatch.setenv("PATH", "/nowhere")
+    monkeypatch.delenv("PY_SPY", raising=False)
+    (tmp_path / f"hang-{HUNG_JOB_ID}-0-node110.txt").write_text("an older dump\n" * 100)
+    hang_dump.dump(HUNG_JOB_ID, 0, str(tmp_path))
+    assert "older" not in (tmp_path / f"hang-{HUNG_JOB_ID}-0-node110.txt").read_text()
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    (tmp_path / f"hang-{HUNG_JOB_ID}-1-node110.txt").symlink_to(victim)
+    with pytest.raises(OSError):
+        hang_dump.dump(HUNG_JOB_ID, 1, str(tmp_path))
+    assert victim.read_text() == "mine"
+
+
+def test_a_process_that_is_gone_has_no_environment_and_no_parent():
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    assert hang_dump._environ(proc.pid) is None and hang_dump._parent(proc.pid) is None
+
+
+def test_the_parent_is_read_past_a_command_name_with_parentheses_and_spaces():
+    # The kernel's stat line is 'pid (comm) state ppid ...', comm as the process named itself.
+    proc = subprocess.Popen([sys.executable, "-c", "import time\nopen('/proc/self/comm', 'w').write('w) 1 2 (x')\n"
+                             "print(flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        proc.stdout.readline()
+        assert hang_dump._parent(proc.pid) == os.getpid()
+    finally:
+        stop([proc])
+
+
+def test_suspects_skips_a_dump_that_is_not_there_and_lists_the_steps_in_order(tmp_path, capsys):
+    text = "\n".join(hang_dump.HEADER.format(rank=rank, node="n1", pid=1, step=step)
+                     for rank, step in ((0, "10"), (1, "9"), (2, "-"), (3, "10")))
+    (tmp_path / "hang-1-0-n1.txt").write_text(text + "\n")
+    hang_dump.suspects([str(tmp_path / "missing.txt"), str(tmp_path / "hang-1-0-n1.txt")])
+    assert capsys.readouterr().out == "\n9 10\n"
+
+
+@pytest.mark.parametrize("argv", [[], ["dump", "--restart", "0", "--dir", "/d"], ["dump", "--job", "1", "--dir", "/d"],
+                                  ["dump", "--job", "1", "--restart", "0"]])
+def test_the_dump_command_needs_its_job_restart_and_directory(argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        hang_dump.main(argv)
+    assert exited.value.code == 2 and "required" in capsys.readouterr().err
+
+
+def test_hang_minutes_go_up_to_a_week():
+    assert launch_request.hang_minutes(7 * 24 * 60) == 10080 and launch_request.hang_minutes("10080.5") is None
+
+
+def test_without_a_main_thread_the_first_threads_frame_counts_and_an_idle_main_thread_wins():
+    threads_only = 'Thread 7 (idle): "Thread-1"\n    loop (a.py:3)\n    run (threading.py:982)\n' \
+                   'Thread 8 (idle): "Thread-2"\n    other (b.py:4)'
+    idle_main = 'Thread 7 (idle): "MainThread"\nThread 8 (idle): "Thread-1"\n    loop (a.py:3)'
+    frames = hang_dump.innermost_frames(dump_file("node111", {0: threads_only, 1: idle_main}))
+    assert frames == {0: ("node111", "loop (a.py:3)", "1"), 1: ("node111", None, "1")}
+
+
+def test_help_says_what_the_program_is(capsys):
+    with pytest.raises(SystemExit):
+        hang_dump.main(["--help"])
+    assert "What a hung training was doing: every torchrun worker's Python stacks" in capsys.readouterr().out

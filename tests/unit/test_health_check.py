@@ -139,6 +139,7 @@ def test_the_decisions_say_why():
 # scontrol as the judge asks it in a node group's job: the partition's nodes, the job's exclusions,
 # a hostlist expanded (these hostlists are plain lists).
 SCONTROL = """#!/bin/sh
+echo "$*" >> "$ASKED"
 case "$1 $2" in
   "show partition") echo "PartitionName=$3 AllowGroups=ALL Nodes=n1,n2,n3 State=UP" ;;
   "show job") echo "JobId=$3 JobName=train ExcNodeList=${EXCLUDED:-(null)} NodeList=n1,n2" ;;
@@ -148,10 +149,10 @@ esac
 """
 
 
-def judge(tmp_path, results, *options, excluded=""):
+def judge(tmp_path, results, *options, excluded="", scontrol=SCONTROL):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "scontrol").write_text(SCONTROL)
+    (bin_dir / "scontrol").write_text(scontrol)
     (bin_dir / "scontrol").chmod(stat.S_IRWXU)
     for node, found in results.items():
         (tmp_path / f".42.health.{node}").write_text(json.dumps(found) + "\n")
@@ -159,7 +160,7 @@ def judge(tmp_path, results, *options, excluded=""):
                            "--nodes", "n1,n2", "--slow-factor", "1.5", "--restart", "0", "--max-restarts", "2",
                            "--partition", "gpu", "--started", str(time.time() - 3), *options],
                           capture_output=True, text=True, timeout=60,
-                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "EXCLUDED": excluded})
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "EXCLUDED": excluded, "ASKED": str(tmp_path / "asked")})
     assert proc.returncode == 0, proc.stderr
     records = run_cost.parse_health((tmp_path / "health-42.jsonl").read_text())
     return proc.stdout.strip(), proc.stderr, records
@@ -202,6 +203,117 @@ def test_the_judge_fails_when_a_node_left_no_result(tmp_path):
     verdict, said, _ = judge(tmp_path, {"n1": result("n1", 0.2)}, "--explicit")
     assert verdict == "fail - n2:HEALTH"
     assert "health gate: n2 no result: its check did not finish" in said
+
+
+def asked(tmp_path):
+    """What the judge asked scontrol, one call a line."""
+    return (tmp_path / "asked").read_text().splitlines() if (tmp_path / "asked").exists() else []
+
+
+def test_slurm_is_asked_only_for_a_node_group_that_names_a_node_with_restarts_left(tmp_path):
+    judge(tmp_path, {"n1": result("n1", 0.2), "n2": result("n2", 2.0)})
+    assert asked(tmp_path) == ["show partition gpu -o", "show hostnames n1,n2,n3", "show job 42 -o"]
+    (tmp_path / "asked").unlink()
+    judge(tmp_path, {"n1": result("n1", 0.2), "n2": result("n2", 0.2)})
+    judge(tmp_path, {"n1": result("n1", 0.2), "n2": result("n2", 2.0)}, "--explicit")
+    verdict, said, _ = judge(tmp_path, {"n1": result("n1", 0.2), "n2": result("n2", 2.0)}, "--restart", "2")
+    assert asked(tmp_path) == []
+    assert verdict == "fail - n2:HEALTH" and "no restarts left (2)" in said
+
+
+def test_a_slurm_that_does_not_answer_fails_the_gate_saying_so(tmp_path):
+    failing = "#!/bin/sh\nprintf x%.0s $(seq 100) >&2\nprintf y%.0s $(seq 200) >&2\nexit 1\n"
+    verdict, said, records = judge(tmp_path, {"n1": result("n1", 0.2), "n2": result("n2", 2.0)}, scontrol=failing)
+    assert verdict == "fail - n2:HEALTH"
+    assert f"health gate: cannot ask Slurm for the partition's nodes (scontrol show partition gpu -o: {'y' * 200})" \
+        in said.splitlines()
+    assert records[0]["message"] == ("not training on n2, and the partition has 0 other node(s) (none) for the job's 2: "
+                                     "no spare to requeue onto")
+
+
+def test_a_result_that_is_no_json_counts_as_none(tmp_path):
+    (tmp_path / ".42.health.n2").write_text('{"node": "n2", "seco')
+    verdict, said, _ = judge(tmp_path, {"n1": result("n1", 0.2)}, "--explicit")
+    assert verdict == "fail - n2:HEALTH" and "health gate: n2 no result: its check did not finish" in said
+
+
+def test_a_gate_record_that_cannot_be_written_is_said_and_the_verdict_still_given(tmp_path):
+    (tmp_path / "health-42.jsonl").mkdir()
+    for node in ("n1", "n2"):
+        (tmp_path / f".42.health.{node}").write_text(json.dumps(result(node)) + "\n")
+    proc = subprocess.run([sys.executable, str(PROGRAM), "--judge", "--dir", str(tmp_path), "--tag", "42", "--nodes",
+                           "n1,,n2"], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "pass -\n")
+    assert f"health gate: cannot record the gate in {tmp_path}/health-42.jsonl: [Errno 21] Is a directory" in proc.stderr
+    assert "(2 nodes, matmul 0.200-0.200 s" in proc.stderr
+
+
+def test_a_node_without_a_result_before_one_with_is_the_only_one_named(tmp_path):
+    verdict, said, records = judge(tmp_path, {"n2": result("n2", 0.2)}, "--explicit")
+    assert verdict == "fail - n1:HEALTH" and records[0]["nodes"]["n2"]["seconds"] == 0.2
+
+
+def test_the_gates_record_keeps_its_cost_to_the_hundredth(tmp_path, monkeypatch, capsys):
+    for node in ("n1", "n2"):
+        (tmp_path / f".42.health.{node}").write_text(json.dumps(result(node)) + "\n")
+    monkeypatch.setattr(health_check.time, "time", lambda: 1000.123456)
+    args = health_check.parse_args(["--judge", "--dir", str(tmp_path), "--tag", "42", "--nodes", "n1,n2",
+                                    "--started", "997"])
+    assert health_check.judge_main(args) == 0
+    (record,) = run_cost.parse_health((tmp_path / "health-42.jsonl").read_text())
+    assert record["seconds"] == 3.12 and record["summary"].startswith("restart 0: passed in 3.1 s (2 nodes")
+    assert capsys.readouterr().out == "pass -\n"
+
+
+@pytest.mark.parametrize("time_us, said", [(1049.9, "1.0 ms"), (1050.5, "1.1 ms"), (250000, "250.0 ms")])
+def test_the_all_reduce_is_said_in_milliseconds_to_a_tenth(time_us, said):
+    record = {"restart": 0, "action": "pass", "nodes": {}, "allreduce": {"time_us": time_us, "bytes": 1 << 20,
+                                                                         "backend": "gloo"}}
+    assert health_check.summary_line(record) == f"restart 0: passed (0 nodes, all-reduce 1 MiB {said} (gloo))"
+
+
+def test_two_nodes_named_on_a_node_list_are_them():
+    two = [{"node": "n1", "reason": "HEALTH", "why": "slow"}, *SLOW]
+    assert health_check.decide(two, "", True, 0, 2, [], [], 2)["message"].startswith(
+        "not training on n1, n2: the node list was given, so the job cannot leave them out")
+    assert ", so the job cannot leave it out" in health_check.decide(SLOW, "", True, 0, 2, [], [], 2)["message"]
+
+
+def test_a_spare_node_outside_the_exclusions_is_enough_to_requeue():
+    verdict = health_check.decide(SLOW, "", False, 1, 2, ["n1", "n2", "n3"], [], 2)
+    assert verdict == {"action": "requeue", "exclude": ["n2"], "message": "without n2 (restart 2 of at most 2)"}
+
+
+def test_a_node_against_others_of_no_time_is_slow_without_a_ratio():
+    assert health_check.slow_nodes({"a": 0.0, "b": 0.5}, 1.5) == [
+        {"node": "b", "seconds": 0.5, "median_seconds": 0.0, "ratio": None}]
+
+
+def test_a_record_of_odd_parts_still_makes_a_line():
+    record = {"restart": 0, "action": "pass", "seconds": True, "nodes": {"n1": {"seconds": "fast"}, "n2": "odd"},
+              "allreduce": {"time_us": True, "bytes": 4}, "named": ["odd"], "message": "passed"}
+    assert health_check.summary_line(record) == "restart 0: passed (2 nodes)"
+    record.update(allreduce={"time_us": 1500, "bytes": True})
+    assert health_check.summary_line(record) == "restart 0: passed (2 nodes)"
+
+
+def test_the_options_that_judge_and_bound_the_gate():
+    args = health_check.parse_args(["--dir", "/d", "--tag", "1", "--matmul-size", "0", "--timeout", "0.1",
+                                    "--slow-factor", "1.01"])
+    assert (args.matmul_size, args.timeout, args.slow_factor, args.judge) == (0, 0.1, 1.01, False)
+
+
+@pytest.mark.parametrize("argv", [["--tag", "1"], ["--dir", "/d"]])
+def test_the_directory_and_the_tag_are_required(argv, capsys):
+    with pytest.raises(SystemExit):
+        health_check.parse_args(argv)
+    assert "required" in capsys.readouterr().err
+
+
+def test_help_says_what_the_program_is(capsys):
+    with pytest.raises(SystemExit):
+        health_check.parse_args(["--help"])
+    assert "The job's health gate (docs/resilience.md): before every attempt trains" in capsys.readouterr().out
 
 
 def test_the_record_file_is_the_one_a_launch_reads():

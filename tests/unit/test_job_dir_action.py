@@ -10,6 +10,7 @@ import base64
 import io
 import json
 import os
+import random
 import shutil
 import subprocess
 import tarfile
@@ -321,3 +322,42 @@ def test_outside_a_work_tree_skipped_directories_and_a_stale_git_file_are_not_st
     files, skipped, facts = staging.list_code(str(code))
     assert ([name for name, _ in files], skipped, facts) == \
         (["pkg/m.py", "train.py"], [], {"git_commit": "", "git_dirty": False, "source": "directory"})
+
+
+def archive_of(tmp_path, content):
+    """The CodeToStage of a code directory holding train.py and data.bin of ``content``."""
+    shutil.rmtree(tmp_path / "code", ignore_errors=True)
+    code = code_tree(tmp_path, {"train.py": "print(1)\n"})
+    (code / "data.bin").write_bytes(content)
+    for name in ("train.py", "data.bin"):
+        os.utime(code / name, (1_800_000_000, 1_800_000_000))  # the same tar headers every time
+    return staging.CodeToStage({"code_dir": str(code), "script": str(code / "train.py")})
+
+
+def test_code_whose_archive_is_256_kib_goes_inline_and_one_byte_more_is_sent_as_a_file(tmp_path):
+    data = random.Random(0).randbytes(300 * 1024)  # does not compress: the archive grows with it
+
+    def archive_size(size):
+        code = archive_of(tmp_path, data[:size])
+        buffer = io.BytesIO()
+        staging.pack(code.files, code.source, buffer)
+        return code, len(buffer.getvalue())
+
+    # The data size where the archive passes 256 KiB: at most 256 KiB with it, over with one byte more.
+    low, high = 200 * 1024, 300 * 1024
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if archive_size(middle)[1] <= 256 * 1024 else (low, middle)
+    (inside, inside_size), (over, over_size) = archive_size(low), archive_size(high)
+    assert 256 * 1024 - 64 < inside_size <= 256 * 1024 < over_size < 256 * 1024 + 64
+    assert len(base64.b64decode(inside.inline(False))) == inside_size, "an archive of up to 256 KiB goes inline"
+    assert over.inline(False) is None
+    assert inside.inline(True) is None, "a dry run extracts nothing"
+
+
+def test_code_that_compresses_goes_inline_up_to_a_mebibyte_and_larger_is_not_even_packed(tmp_path, monkeypatch):
+    # Files of exactly a mebibyte in all (train.py's 9 bytes with the data) are packed.
+    assert archive_of(tmp_path, bytes(1024 * 1024 - len("print(1)\n"))).inline(False) is not None
+    packed = []
+    monkeypatch.setattr(staging, "pack", lambda *args: packed.append(args))
+    assert archive_of(tmp_path, bytes(1024 * 1024)).inline(False) is None and packed == []

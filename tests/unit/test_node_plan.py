@@ -152,3 +152,41 @@ def test_the_launchs_plan_from_the_inventory_asks_slurm_nothing_and_lists_what_i
 ])
 def test_the_launchs_plan_refuses_what_the_inventory_alone_says_is_wrong(nodes, request_, problem):
     assert inventory_plan(nodes, **request_)["problem"].startswith(problem)
+
+
+@pytest.mark.parametrize("value, number", [(8, 8), ("8", 8), ("2.0", 2), (2.9, 2), ("x", 0), (None, 0), ("", 0)])
+def test_an_inventory_count_is_read_as_jinjas_int_reads_it(value, number):
+    assert launch_request.as_int(value) == number
+
+
+def inventory_plan(nodes, hostvars=HOSTVARS, **request):
+    return launch_request.node_inventory_plan(nodes, hostvars, GROUPS, {**REQUEST, **request})
+
+
+def test_a_refused_node_list_plans_no_nodes_and_counts_none():
+    found = inventory_plan("node[110")
+    assert found == {"names": [], "hostlist": "", "node_group": "", "num_nodes": 0, "node_gpus": 0, "node_cpus": 0,
+                     "inventory": {}, "problem": found["problem"]}
+    assert found["problem"].startswith("invalid node list 'node[110': ")
+
+
+def test_no_nodes_count_nothing_and_a_node_the_inventory_says_nothing_of_has_no_gpus_and_one_cpu():
+    assert {key: inventory_plan([], nccl_env=False)[key] for key in ("num_nodes", "node_gpus", "node_cpus", "problem")} == {
+        "num_nodes": 0, "node_gpus": 0, "node_cpus": 0, "problem": ""}
+    bare = inventory_plan(["node110"], hostvars={"node110": {}}, nccl_env=False)
+    assert (bare["node_gpus"], bare["node_cpus"], bare["inventory"]) == (0, 1, {"node110": {}})
+
+
+def test_a_request_of_every_gpu_and_cpu_of_the_nodes_fits():
+    found = inventory_plan(["node110", "node111"], num_nodes=2, gpus_per_node=8, cpus_per_task=16, nproc_per_node=16)
+    assert found["problem"] == "" and (found["num_nodes"], found["node_gpus"], found["node_cpus"]) == (2, 8, 16)
+    assert inventory_plan(["node110"], nproc_per_node=17)["problem"] == (
+        "The request does not fit: nproc_per_node=17 processes on 16 CPUs (one CPU each at least) (gpu_A6000 nodes, "
+        "from the inventory's cluster_node_* values).")
+
+
+def test_a_misfit_of_nodes_without_a_node_group_names_the_partition_or_says_the_nodes():
+    given = inventory_plan(["node110"], nccl_env=False, partition="batch", gpus_per_node=9)
+    assert given["problem"].startswith("The request does not fit: gpus_per_node=9 of 8 GPUs (batch nodes, ")
+    bare = inventory_plan(["node110"], nccl_env=False, gpus_per_node=9)
+    assert bare["problem"].startswith("The request does not fit: gpus_per_node=9 of 8 GPUs (the nodes, ")

@@ -449,3 +449,83 @@ def test_a_module_failure_on_a_good_python_stays_the_modules_own():
     assert result["module_stderr"] == "python3.6 stand-in: only -V is answered"
     # With ansible_python_interpreter unset, the probe tries the interpreters discovery would.
     assert len(probes) == 1 and probes[0].startswith("for p in ") and "/usr/bin/python3" in probes[0]
+
+
+def shown_with(slices, check_mode=False, **args):
+    """(the result, what a person saw) of a task with ``args`` (progress_every as given, else none)."""
+    task = SimpleNamespace(args={"script": "/nas/train.sbatch", **args}, async_val=0, check_mode=check_mode,
+                           action="slurm_job")
+    plugin = action.ActionModule(task, NothingThere(), mock.MagicMock(), None, None, None)
+    answers = iter(slices)
+    with mock.patch.object(plugin, "_execute_module", side_effect=lambda *a, **k: dict(next(answers))), \
+            mock.patch.object(action.display, "display") as display:
+        result = plugin.run(task_vars={})
+    return result, [call.args[0] for call in display.call_args_list]
+
+
+COLLECT = {"outputs_dir": "/nowhere/outputs", "jobs_dir": "/nowhere/jobs"}
+
+
+def test_with_collect_a_job_not_final_yet_is_one_line_and_nothing_is_collected():
+    pending = slice_result("PENDING", False, submitted=True)
+    result, lines = shown_with([pending], collect=COLLECT, wait=False, progress_every=0)
+    assert lines == ["Job 7 (train) submitted, state PENDING. Follow it with: ansible-playbook launch.yml -e job_id=7"]
+    assert "collected" not in result and not result.get("failed")
+    # Refused: the task's error says it, no line besides.
+    result, lines = shown_with([{"failed": True, "msg": "sbatch: error"}], collect=COLLECT, wait=False)
+    assert lines == [] and result["msg"] == "sbatch: error"
+
+
+def test_with_collect_check_mode_predicts_a_launch_and_says_nothing_of_a_job_followed():
+    predicted = {"test_only": {"start": "2026-12-07T08:00:00", "nodes": ["node110"], "partition": "gpu"}, "final": False}
+    _, lines = shown_with([predicted], check_mode=True, collect=COLLECT)
+    assert lines == ["Slurm would start the job at 2026-12-07T08:00:00 on node110 in partition gpu"]
+    _, lines = shown_with([slice_result("RUNNING", False)], check_mode=True, collect=COLLECT, job_id=7)
+    assert lines == []
+
+
+def test_collect_that_is_no_mapping_is_refused_naming_its_keys():
+    with pytest.raises(action.AnsibleActionFail, match="slurm_job: collect must be a dict of outputs_dir, jobs_dir"):
+        shown_with([], collect=["outputs"])
+
+
+def test_the_nodes_checks_notes_are_shown_and_a_tasks_log_lines_carry_its_task_id():
+    notes = ["left out, a bad node of yours: node111: HUNG in job 3 at ..."]
+    _, lines = shown_with([slice_result("RUNNING", False, nodes=["node110"], submitted=True,
+                                        nodes_checked={"notes": notes}, log_task=2,
+                                        progress={"log_lines": ["step 1"]}),
+                           slice_result("COMPLETED", True, exit_code=0, elapsed_seconds=3, nodes=["node110"],
+                                        tasks=[{"task": 2, "state": "COMPLETED", "final": True, "exit_code": 0}])],
+                          progress_every=5)
+    assert lines == [notes[0], "job 7 (train): RUNNING on node110", "  7_2 | step 1",
+                     "job 7 (train): COMPLETED, exit code 0, 3 s", "  7_2: COMPLETED, exit code 0"]
+
+
+def test_an_expected_files_message_fails_the_task_only_when_a_file_is_missing(tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    result, _ = run_slices([slice_result("PENDING", False, submitted=True, staged={"made": [], "code_present": True})],
+                           stage={"jobs_root": "/nas/jobs", "job_name": "train", "code_dir": str(tmp_path),
+                                  "script": str(tmp_path / "train.py"), "expect_files": ["/nas/env/nccl-gpu.sh"],
+                                  "expect_files_message": "The NCCL env file /nas/env/nccl-gpu.sh is missing"},
+                           wait=False)
+    assert not result.get("failed") and result["job_id"] == 7
+
+
+def test_with_collect_writing_the_outputs_is_a_change_even_of_a_job_found_running(tmp_path):
+    run_dir = tmp_path / "jobs" / "alice" / "train" / "runs" / "1"
+    found = {**finished_job(run_dir, changed=False, found_existing=True, collected_files={}), "submitted": False}
+    result, _ = run_slices([found], connection=NothingThere(),
+                           collect={"outputs_dir": str(tmp_path / "outputs"), "jobs_dir": str(tmp_path / "jobs")})
+    assert result["changed"] is True and (tmp_path / "outputs" / "train-7" / "job.json").exists()
+
+
+def test_with_collect_a_job_cancelled_as_asked_does_not_fail_and_a_succeeded_one_keeps_the_modules_failure(tmp_path):
+    run_dir = tmp_path / "jobs" / "alice" / "train" / "runs" / "1"
+    collect = {"outputs_dir": str(tmp_path / "outputs"), "jobs_dir": str(tmp_path / "jobs"), "cancelled": True}
+    cancelled = finished_job(run_dir, failed=True, msg="Slurm job 7 ended in state CANCELLED", collected_files={})
+    cancelled.update(state="CANCELLED", outcome="cancelled", exit_code=0)
+    result, _ = run_slices([cancelled], connection=NothingThere(), collect=collect)
+    assert result["failed"] is False and "msg" not in result
+    unrecorded = finished_job(run_dir, failed=True, msg="cannot write the run record", collected_files={})
+    result, _ = run_slices([unrecorded], connection=NothingThere(), collect={**collect, "cancelled": False})
+    assert (result["failed"], result["msg"]) == (True, "cannot write the run record")

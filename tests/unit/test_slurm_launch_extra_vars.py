@@ -14,6 +14,7 @@ from conftest import PROJECT_ROOT
 
 ROLE = PROJECT_ROOT / "roles" / "slurm_launch"
 from ansible_collections.hpc.slurm_train.plugins.action import slurm_launch_extra_vars as action
+from ansible_collections.hpc.slurm_train.plugins.plugin_utils import launch_request
 
 
 def run(extra_vars, task_vars=None, **args):
@@ -161,3 +162,17 @@ def test_the_quoted_forms_the_message_gives_are_read_as_one_value():
         with mock.patch.object(context, "CLIARGS", ImmutableDict(extra_vars=(quoted,))), \
                 mock.patch.object(load_extra_vars, "extra_vars", None, create=True):
             assert load_extra_vars(DataLoader()) == {"script_args": "--steps 2"}
+
+
+def test_words_with_no_key_that_no_text_on_the_command_line_shows_get_the_general_advice():
+    # Only -e KEY=VALUE text makes Ansible's _raw_params: from a file or JSON it is a key someone wrote.
+    assert launch_request.loose_words_message(["@vars.yml", '{"_raw_params": "b c"}', "nodes=n1"]) == (
+        "An -e value has words with no key (Ansible splits -e KEY=VALUE at spaces): quote it, "
+        "-e '{\"KEY\": \"a b\"}' or -e \"KEY='a b'\".")
+
+
+def test_only_the_words_before_the_next_key_are_said_to_have_no_key():
+    assert launch_request.loose_words_message(["script_args=--lr 0.1 job_name=x extra"]) == (
+        "-e 'script_args=--lr 0.1 job_name=x extra': Ansible splits an -e value at spaces, so script_args got only "
+        "'--lr' and '0.1' has no key. Quote a value with spaces: -e '{\"script_args\": \"--lr 0.1\"}' or "
+        "-e \"script_args='--lr 0.1'\".")

@@ -51,14 +51,14 @@ def request(trainer, **given):
     return {**values, **given}
 
 
-def run(the_request, extra_vars=("nodes=node[110-111]",), role_vars=None, **args):
+def run(the_request, extra_vars=("nodes=node[110-111]",), role_vars=None, check_mode=False, connection=None, **args):
     """The task's result for `ansible-playbook launch.yml -e EXTRA_VARS...` with ``the_request``
     (``role_vars``: more of the task's variables, as the role's defaults and -e give them)."""
     args = {"request": the_request, **args}
-    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="slurm_launch_request",
+    task = SimpleNamespace(args=args, async_val=0, check_mode=check_mode, action="slurm_launch_request",
                            get_search_path=lambda: [str(ROLE)])
     loader = DataLoader()
-    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
+    plugin = action.ActionModule(task, connection or mock.MagicMock(), mock.MagicMock(), loader, Templar(loader=loader),
                                  plugin_loader)
     task_vars = {"groups": GROUPS, "hostvars": HOSTVARS, "inventory_hostname": "login01",
                  "ansible_search_path": [str(ROLE)], **(role_vars or {})}
@@ -228,3 +228,129 @@ def test_each_key_of_the_request_is_the_roles_variable_of_that_name():
     assert set(keys) == set(action.REQUEST_KEYS)
     for key, value in keys.items():
         assert value == f"{{{{ {action.ROLE_PREFIX}{key} }}}}", (key, value)
+
+
+def test_a_script_or_code_dir_path_with_a_control_character_is_refused_naming_it(script):
+    with pytest.raises(action.AnsibleActionFail, match=r"script='tr\\nain.py' is not allowed: a path without newlines"):
+        run(request(script, script="tr\nain.py"))
+    with pytest.raises(action.AnsibleActionFail, match=r"script='code\\x07' is not allowed"):
+        run(request(script, code_dir="code\a"))
+
+
+@pytest.mark.parametrize("env_from, env, said", [
+    (7, {}, "env_from=7 is not allowed: give names of variables of the controller's environment, e.g. -e env_from=HF_TOKEN"),
+    (["HF_TOKEN", 7], {}, "env_from=['HF_TOKEN', 7] is not allowed: give names"),
+    ("HF_TOKEN", {"HF_TOKEN": "x"}, "env_from=HF_TOKEN is not allowed: slurm_launch_env sets HF_TOKEN too; give it once"),
+    # env that is no mapping: value_problems names env, not env_from.
+    ("HF_TOKEN", ["HF_TOKEN=x"], "env=['HF_TOKEN=x'] is not allowed: give a mapping"),
+])
+def test_env_from_of_no_names_or_one_env_sets_too_is_refused(script, monkeypatch, env_from, env, said):
+    monkeypatch.setenv("HF_TOKEN", "hf_from_env")
+    result = run(request(script, env_from=env_from, env=env))
+    assert result["failed"] is True and said in result["msg"]
+
+
+def test_env_from_given_as_words_takes_each_and_none_takes_nothing(script, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "a")
+    monkeypatch.setenv("WANDB_API_KEY", "b")
+    assert run(request(script, env_from=" HF_TOKEN, ,WANDB_API_KEY "))["job"]["env"] == {"HF_TOKEN": "a",
+                                                                                        "WANDB_API_KEY": "b"}
+    assert action.env_from_environment({"env_from": "", "env": {"A": "1"}}, {"A": "2"}) == (
+        {"env_from": "", "env": {"A": "1"}}, "")
+
+
+def test_an_extra_vars_file_without_env_is_not_held_to_its_mode_and_one_that_is_gone_is_named():
+    def load(data):
+        return lambda path: data
+    assert action.command_line_secret_problem(["@/nowhere.yml"], load({"nodes": "n1"}), load({})) == ""
+    assert action.command_line_secret_problem(["@/nowhere.yml"], load(["env"]), load({})) == ""
+    assert action.command_line_secret_problem(["@/nowhere.yml"], load({"slurm_launch_env": {"A": "1"}}), load({})) == \
+        "-e @/nowhere.yml: No such file or directory"
+    assert action.command_line_secret_problem(["@/nowhere.yml"], load({"env": {"A": "1"}}), load({})) == \
+        "-e @/nowhere.yml: No such file or directory"
+
+
+def test_a_value_given_that_is_no_plain_data_leaves_the_templated_one():
+    import datetime
+    given = {"slurm_launch_script_args": datetime.date(2026, 12, 7), "slurm_launch_time_limit": "a{#c#}b"}
+    templated = {key: "templated" for key in action.VERBATIM_KEYS}
+    result = action.verbatim_values(templated, given, (), {})
+    assert result["script_args"] == "templated" and result["time_limit"] == "a{#c#}b"
+
+
+def test_check_mode_puts_the_same_job_together_and_nothing_is_made_on_a_host(script):
+    # It reads the controller's files and the inventory only: no temporary directory on the target.
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
+    with mock.patch.object(action.ActionModule, "_make_tmp_path", side_effect=AssertionError("made a remote tmp dir")):
+        checked = run(request(script), check_mode=True, connection=connection)
+        assert not checked.get("failed") and checked["job"] == run(request(script))["job"]
+    # So Ansible's task executor runs it on the controller: a bad request is refused even when the
+    # submit host cannot be reached.
+    assert action.ActionModule._requires_connection is False
+
+
+@pytest.mark.parametrize("port, fits", [(65535, True), (65536, False)])
+def test_master_port_goes_up_to_65535(script, port, fits):
+    result = run(request(script, master_port=port))
+    assert result.get("failed", False) is not fits
+    if not fits:
+        assert result["msg"].startswith("master_port=65536 is not allowed: give a whole number, at least 0 and at most 65535")
+
+
+def test_a_request_without_its_request_is_refused_by_the_argument_spec():
+    task = SimpleNamespace(args={}, async_val=0, check_mode=False, action="slurm_launch_request")
+    plugin = action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), DataLoader(), None, plugin_loader)
+    with pytest.raises(action.AnsibleActionFail, match="missing required arguments: request"):
+        plugin.run(task_vars={})
+
+
+def test_a_node_list_given_as_a_list_of_one_is_where_the_job_runs(script):
+    result = run(request(script, nodes=["node110"]))
+    assert not result.get("failed"), result.get("msg")
+    assert result["job"]["nodelist"] == "node110" and result["job"]["num_nodes"] == 1
+
+
+def test_a_group_of_every_compute_node_or_of_a_one_letter_name_is_a_group_of_compute_nodes(script, monkeypatch):
+    monkeypatch.setitem(GROUPS, "a", ["node110"])
+    for group in ("compute", "a"):
+        result = run(request(script, nodes="", group=group, num_nodes=1), render=False)
+        assert not result.get("failed"), result.get("msg")
+
+
+def test_a_groups_job_of_no_nodes_is_refused_and_one_followed_needs_no_count(script):
+    result = run(request(script, nodes="", group="gpu_A6000", num_nodes=0))
+    assert result["msg"] == ("num_nodes=0 is not allowed: give a whole number, at least 1 (with group, how many of "
+                             "its nodes).")
+    assert not run(request(script, nodes="", group="gpu_A6000", num_nodes=0, job_id=1)).get("failed")
+
+
+def test_job_1_is_followed_and_no_log_lines_is_allowed(script):
+    assert run(request(script, job_id=1, nodes=""))["following"] is True
+    assert not run(request(script, log_tail_lines=0)).get("failed")
+
+
+def test_a_partition_given_is_checked_with_the_values_given(script):
+    assert run(request(script, partition="gpu;id"))["msg"] == (
+        "partition='gpu;id' is not allowed: a Slurm partition name: letters, digits, '_', '.' and '-', starting with "
+        "a letter or digit.")
+
+
+def test_every_item_on_the_command_line_is_looked_at_for_secrets(script, tmp_path):
+    private = tmp_path / "private.yml"
+    private.write_text("slurm_launch_env:\n  HF_TOKEN: hf_file\n")
+    private.chmod(0o600)
+    plain = tmp_path / "plain.yml"
+    plain.write_text("slurm_launch_time_limit: '60'\n")
+    secret = '{"slurm_launch_env": {"HF_TOKEN": "hf_x"}}'
+    for first in (f"@{plain}", f"@{private}"):
+        result = run(request(script, env={"HF_TOKEN": "hf_x"}), extra_vars=(first, secret))
+        assert result["msg"].startswith("slurm_launch_env HF_TOKEN given on the command line"), first
+
+
+def test_a_secrets_file_with_any_permission_for_others_is_refused(script, tmp_path):
+    secrets = tmp_path / "secrets.yml"
+    secrets.write_text("slurm_launch_env:\n  HF_TOKEN: hf_file\n")
+    secrets.chmod(0o601)
+    result = run(request(script, env={"HF_TOKEN": "hf_file"}), extra_vars=(f"@{secrets}",))
+    assert result["msg"].startswith(f"-e @{secrets} sets slurm_launch_env and is readable by others (mode 0601)")

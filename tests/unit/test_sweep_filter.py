@@ -79,3 +79,26 @@ def test_a_report_without_the_points_or_with_tasks_pending_together_shows_dashes
     assert [row["args"] for row in report["rows"]] == ["-", "-"]
     assert report["lines"][2].split() == ["2-3", "-", "PENDING", "0", "-"]
     assert report["failed"] == ["point 2-3 (-) ended PENDING, exit code 0"]
+
+
+def test_a_sweep_of_a_thousand_points_at_most_a_thousand_at_once_is_allowed():
+    assert launch_request.sweep_problems({"a": list(range(10)), "b": list(range(100))}, 1000) == []
+    assert launch_request.sweep_problems({"a": list(range(7)), "b": list(range(143))}, 0) == [
+        "sweep has 1001 points, over 1000 (Slurm's default MaxArraySize allows task ids 0 to 1000): sweep fewer values "
+        "or launch it in parts"]
+
+
+def test_a_task_outside_the_points_has_no_arguments():
+    points = launch_request.sweep_points({"lr": [0.1, 0.01]})
+    tasks = [{"task": task, "state": "COMPLETED"} for task in (-1, 0, 1, 2)]
+    assert [row["args"] for row in launch_request.sweep_report(tasks, points)["rows"]] == ["-", "lr=0.1", "lr=0.01", "-"]
+
+
+def test_a_key_without_values_does_not_hide_the_next_keys_problem():
+    assert launch_request.sweep_problems({"a": [], "b": ["x y"]}) == [
+        "sweep a=[] is not allowed: give a non-empty list of values, e.g. [0.1, 0.01]",
+        f"sweep b value 'x y' is not allowed: {launch_request.SWEEP_VALUE_RULE}"]
+
+
+def test_the_table_of_a_sweep_of_one_point():
+    assert launch_request.sweep_table(launch_request.sweep_points({"lr": [0.1]})) == "task\tlr\n0\t0.1\n"

@@ -1,5 +1,6 @@
 """The one place a job's derived values come from, for launch.yml and the NAS job templates."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,27 @@ def test_accepted_values_of_each_kind():
 def test_extra_directives_that_are_no_list_are_refused(directives):
     assert module.value_problems({"extra_directives": directives}) == [
         f"extra_directives={directives!r} is not allowed: give a list of sbatch options, e.g. [\"--exclusive\"]"]
+
+
+def test_a_job_without_the_launchs_own_values_has_no_sweep_watchdog_gate_or_bad_nodes():
+    # The NAS job templates put their jobs together without them.
+    job = module.train_job(request())
+    assert {key: job[key] for key in ("sweep", "sweep_parallel", "hang_minutes", "hang_dump", "health_check",
+                                      "health_matmul_size", "bad_nodes_script", "bad_nodes_root", "bad_node_hours")} == {
+        "sweep": [], "sweep_parallel": 0, "hang_minutes": 0, "hang_dump": "", "health_check": "",
+        "health_matmul_size": 0, "bad_nodes_script": "", "bad_nodes_root": "", "bad_node_hours": 0}
+
+
+@pytest.mark.parametrize("given, factor", [("1.01", 1.01), (2, 2.0), ("1e3", 1000.0)])
+def test_the_health_gates_factor_is_a_number_over_1(given, factor):
+    assert module.slow_factor(given) == factor
+
+
+@pytest.mark.parametrize("given", [1, "1", 0.5, "inf", "nan", True, None, "fast", [1.5]])
+def test_a_health_gate_factor_of_1_or_less_or_no_number_is_refused_naming_it(given):
+    with pytest.raises(AnsibleFilterError, match=re.escape(f"health_slow_factor={given!r} is not allowed: give a number over 1")):
+        module.slow_factor(given)
+
+
+def test_a_warning_one_second_before_the_time_limit_is_accepted():
+    assert module.train_job(request(warning_seconds="1"))["warning_seconds"] == 1
