@@ -219,17 +219,22 @@ HANG_MINUTES_RULE = (f"give minutes without a new log line after which the train
                      f"{MAX_HANG_MINUTES} (a fraction is allowed, e.g. 0.5), 0 for no hang watchdog")
 
 
-def hang_minutes(value):
-    """hang_minutes as a number (a whole one when it is), or None when it is not one of 0 to MAX_HANG_MINUTES."""
+def number_up_to(value, most):
+    """A window given as a number, empty for 0 (a whole one when it is), or None when it is not one of 0 to most."""
     if isinstance(value, bool):
         return None
     try:
-        minutes = float(str(value).strip() or "0")
+        number = float(str(value).strip() or "0")
     except ValueError:
         return None
-    if not 0 <= minutes <= MAX_HANG_MINUTES:  # also NaN
+    if not 0 <= number <= most:  # also NaN
         return None
-    return int(minutes) if minutes.is_integer() else minutes
+    return int(number) if number.is_integer() else number
+
+
+def hang_minutes(value):
+    """hang_minutes as a number, or None when it is not one of 0 to MAX_HANG_MINUTES."""
+    return number_up_to(value, MAX_HANG_MINUTES)
 
 
 # A year: longer is a typo.
@@ -239,16 +244,8 @@ BAD_NODE_HOURS_RULE = (f"give the hours a node that failed a job of yours is kep
 
 
 def bad_node_hours(value):
-    """bad_node_hours as a number (a whole one when it is), or None when it is not one of 0 to MAX_BAD_NODE_HOURS."""
-    if isinstance(value, bool):
-        return None
-    try:
-        hours = float(str(value).strip() or "0")
-    except ValueError:
-        return None
-    if not 0 <= hours <= MAX_BAD_NODE_HOURS:  # also NaN
-        return None
-    return int(hours) if hours.is_integer() else hours
+    """bad_node_hours as a number, or None when it is not one of 0 to MAX_BAD_NODE_HOURS."""
+    return number_up_to(value, MAX_BAD_NODE_HOURS)
 
 
 def slow_factor(value):
