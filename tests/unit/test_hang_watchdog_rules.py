@@ -115,7 +115,7 @@ def test_a_watchdog_of_a_fraction_of_a_minute_watches_whole_seconds(tmp_path):
     subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
     lines = script.splitlines()
     assert "HANG_SECONDS=6" in lines
-    assert "declare -F mark_bad_node >/dev/null || mark_bad_node() { :; }" in lines
+    assert "mark_bad_node() {" in lines, "the watchdog's marks have the job script's own mark_bad_node"
     assert any("srun --overlap" in line for line in lines)
     assert any("python /nas/jobs/alice/train/runs/1/hang_dump.py dump" in line for line in lines)
 
