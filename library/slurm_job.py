@@ -804,6 +804,25 @@ FEDERATED_JOB_ID_MIN = 1 << 26
 # How long the cost waits for slurmdbd to record a final job's last attempt (seen: about 2.5 s).
 COST_SACCT_LOOKS = 11
 COST_SACCT_WAIT_SECONDS = 0.5
+# What sacct says of a started attempt whose end slurmdbd has not been told yet.
+UNENDED_SACCT_STATES = ("RUNNING", "COMPLETING")
+
+
+def complete_last_attempts(attempts, ended):
+    """sacct's attempts, the last of each job in ``ended`` ({job id: (state, elapsed seconds,
+    restarts)}) given slurmctld's final state and elapsed time where sacct has the attempt
+    started but not ended, and has every attempt before it."""
+    rows, last = {}, {}
+    for index, attempt in enumerate(attempts):
+        rows[attempt["job_id"]] = rows.get(attempt["job_id"], 0) + 1
+        last[attempt["job_id"]] = index
+    for job_id, index in last.items():
+        if job_id not in ended or attempts[index]["state"] not in UNENDED_SACCT_STATES:
+            continue
+        state, elapsed, restarts = ended[job_id]
+        if rows[job_id] == restarts + 1:
+            attempts[index] = {**attempts[index], "state": state, "elapsed_seconds": elapsed}
+    return attempts
 
 
 def all_attempts_ended(attempts):
@@ -1072,11 +1091,13 @@ class SlurmClient:
         summary["state_source"] = "sacct"
         return summary
 
-    def cost_attempts(self, job_id):
+    def cost_attempts(self, job_id, ended=None):
         """Every attempt of the job (of each task of an array) as sacct has them, for the cost
-        ledger (run_cost.parse_cost_sacct); None without accounting. One sacct call, to slurmdbd,
-        and more only while its record of a final job still shows a last attempt running:
-        slurmctld hands a job's end to slurmdbd a few seconds after the job ends."""
+        ledger (run_cost.parse_cost_sacct); None without accounting. slurmctld hands a job's end
+        to slurmdbd a few seconds after the job ends, so sacct may still show the last attempt
+        running: ``ended`` ({job id: (state, elapsed seconds)}, slurmctld's record of the final job,
+        the very figures it hands on) completes it. Only a last attempt that neither tells is
+        asked about again, while slurmdbd catches up."""
         if self.accounting_problem is not None:
             return None
         argv = ["sacct", "-j", str(job_id), "-n", "-P", "-D", "-X", "-o", ",".join(COST_FIELDS)]
@@ -1088,7 +1109,7 @@ class SlurmClient:
                 self.accounting_problem = f"sacct failed: {err.strip()}"
                 return None
             try:
-                attempts = parse_cost_sacct(out)
+                attempts = complete_last_attempts(parse_cost_sacct(out), ended or {})
             except ValueError:
                 return None
             if all_attempts_ended(attempts) or look == COST_SACCT_LOOKS - 1:
@@ -1344,7 +1365,7 @@ class SlurmJobRunner:
         if not log or result.get("job_id") is None:
             return None
         try:
-            accounted = self.slurm.cost_attempts(result["job_id"])
+            accounted = self.slurm.cost_attempts(result["job_id"], self.ended_jobs())
         except SlurmCommandError:
             accounted = None
         # Each task's directory and own job id: a sweep's point trains in points/<task>/.
@@ -1370,6 +1391,18 @@ class SlurmJobRunner:
         if accounted is None and not records:
             return None
         return ledger(records, accounted)
+
+    def ended_jobs(self):
+        """{job id: (state, elapsed seconds, restarts)} of the final job, or of each final task of
+        an array, as slurmctld recorded them; empty when the state came from sacct."""
+        result = self.result
+        if result.get("state_source") != "scontrol":
+            return {}
+        records = result.get("tasks") or [result]
+        return {record["job_id"]: (record["state"], record["elapsed_seconds"], record.get("restarts") or 0)
+                for record in records
+                if isinstance(record.get("job_id"), int) and record.get("elapsed_seconds") is not None
+                and job_state(record["state"]).final}
 
     def health(self):
         """The health gate's record of each attempt (HEALTH_FILE beside the log: the job script's);

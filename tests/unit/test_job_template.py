@@ -433,15 +433,23 @@ def test_torchrun_ends_without_tearing_torch_down_and_keeps_the_workers_exit_cod
     """Real torchrun (torch from this virtualenv), one worker. Once the workers ended, the wrapper
     leaves at once: an atexit handler of its own interpreter (planted by sitecustomize, as torch's
     own teardown would run) never runs, the job's answer does not wait for it; what it printed
-    is flushed; the exit code is the worker's, with the failure recorded for the job script."""
+    is flushed; the exit code is the worker's, with the failure recorded for the job script; the
+    teed lines are looked for at the wrapper's pace."""
     wrapper = torchrun_wrapper(render(job()))
     (tmp_path / "train.py").write_text(f"print('training complete', flush=True)\nraise SystemExit({worker_exit})\n")
     (tmp_path / "sitecustomize.py").write_text(
         "import atexit, os, sys\n"
         "if sys.argv[:1] == ['-c']:\n"
         "    atexit.register(lambda: open(os.environ['TEARDOWN_RECORD'], 'w').close())\n"
-        "    print('wrapper output, unflushed', end='')\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "TEARDOWN_RECORD": str(tmp_path / "torn-down"),
+        "    print('wrapper output, unflushed', end='')\n"
+        "    import torch.distributed.elastic.multiprocessing.tail_log as tail_log\n"
+        "    real_tail = tail_log.tail_logfile\n"
+        "    def tail_logfile(**given):\n"
+        "        with open(os.environ['TAIL_RECORD'], 'a') as record:\n"
+        "            record.write(f\"{given['interval_sec']}\\n\")\n"
+        "        return real_tail(**given)\n"
+        "    tail_log.tail_logfile = tail_logfile\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "TEARDOWN_RECORD": str(tmp_path / "torn-down"), "TAIL_RECORD": str(tmp_path / "tail-intervals"),
            "TRAINING_FAILURE_RECORD": str(tmp_path / ".9.failure"), "SLURM_NODEID": "0",
            "SLURMD_NODENAME": "node7", "TMPDIR": str(tmp_path / "scratch")}
     (tmp_path / "scratch").mkdir()
@@ -454,6 +462,8 @@ def test_torchrun_ends_without_tearing_torch_down_and_keeps_the_workers_exit_cod
     assert cluster_rules.rank_line("[rank0@node7] training complete") == (0, "node7", "training complete")
     assert not list((tmp_path / "scratch").iterdir()), "the workers' teed files were removed"
     assert not (tmp_path / "torn-down").exists(), "the interpreter's teardown was skipped"
+    # The teed stdout and stderr of the one worker, each looked at every 0.02 s, not torch's 0.1 s.
+    assert (tmp_path / "tail-intervals").read_text().split() == ["0.02", "0.02"]
     recorded = list(tmp_path.glob(".9.failure.*"))
     assert [path.read_text().split()[1] for path in recorded] == ([] if worker_exit == 0 else [str(worker_exit)])
 

@@ -1481,6 +1481,42 @@ def test_the_cost_waits_for_slurmdbd_to_record_the_final_jobs_last_attempt(clock
     assert len(asked) == slurm_job.COST_SACCT_LOOKS and sum(clock.sleeps) == pytest.approx(5.0)
 
 
+def test_the_cost_takes_the_last_attempts_end_from_slurmctld_rather_than_wait_for_slurmdbd(clock):
+    """slurmctld's final record (state, RunTime) is what it hands slurmdbd: with it, one sacct
+    answers, however far behind slurmdbd is; each job's own id, each with its own attempts."""
+    answer = ("7|7|REQUEUED|30|cpu=2,gres/gpu=4|2026-12-07T10:00:00|2026-12-07T10:00:01\n"
+              "7|7|RUNNING|12|cpu=2,gres/gpu=4|2026-12-07T10:00:31|2026-12-07T10:00:33\n"
+              "8|6_1|RUNNING|5|cpu=2,gres/gpu=4|2026-12-07T10:00:31|2026-12-07T10:00:33\n")
+    asked = []
+
+    class Module:
+        params = {"accounting": "yes", "environment": {}}
+
+        def run_command(self, argv, **kwargs):
+            asked.append(argv)
+            return 0, answer, ""
+
+    attempts = slurm_job.SlurmClient(Module()).cost_attempts(7, {7: ("FAILED", 14, 1), 8: ("COMPLETED", 9, 0)})
+    assert [(a["job_id"], a["state"], a["elapsed_seconds"]) for a in attempts] == [
+        (7, "REQUEUED", 30), (7, "FAILED", 14), (8, "COMPLETED", 9)]
+    assert len(asked) == 1 and clock.sleeps == []
+    # slurmctld counts a restart that sacct has no line for yet: its figures are not that line's.
+    asked.clear()
+    attempts = slurm_job.SlurmClient(Module()).cost_attempts(7, {7: ("FAILED", 14, 2), 8: ("COMPLETED", 9, 0)})
+    assert (attempts[1]["state"], attempts[2]["state"]) == ("RUNNING", "COMPLETED")
+    assert len(asked) == slurm_job.COST_SACCT_LOOKS
+
+
+def test_a_final_jobs_cost_asks_sacct_once_with_the_controllers_figures(slurm_cli, clock, job_output, tmp_path):
+    slurm_cli.answer(SCONTROL, out=job_output("failed", run_dir=str(tmp_path)))
+    slurm_cli.cost = (0, "1234|1234|RUNNING|3|cpu=16,gres/gpu=8|2026-12-07T10:00:00|2026-12-07T10:00:02\n", "")
+    result = run_module({"job_id": 1234, "accounting": "yes"}).result
+    assert (result["state"], result["state_source"], result["elapsed_seconds"]) == ("FAILED", "scontrol", 0)
+    assert [(a["state"], a["elapsed_seconds"], a["gpus"]) for a in result["cost"]["attempts"]] == [("FAILED", 0, 8)]
+    assert (len(slurm_cli.cost_calls), clock.sleeps) == (1, [])
+    assert result["cost"]["queue_seconds"] == 2
+
+
 SINFO_THREE = "rec1|gpu*|idle|2|gpu:2\nrec2|gpu*|idle|2|gpu:2\nrec3|gpu*|idle|2|gpu:2\n"
 
 
