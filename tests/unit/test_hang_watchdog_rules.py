@@ -168,7 +168,9 @@ def test_job_json_and_the_summary_name_the_hung_attempt_and_its_node():
 # --overlap, once per node), the training starts four "workers" (processes with torchrun's
 # variables, two per node) that print a few steps, save a checkpoint and then hang; py-spy prints
 # rank 3 in all_reduce and the others in backward; scancel kills the workers.
-HUNG_JOB_ID = "987654"  # no job of a real cluster on this machine has it
+# No job of a real cluster on this machine has it, nor the stand-in workers of another run of
+# these tests at the same time (a mutation run beside a test run): workers are found by job id.
+HUNG_JOB_ID = str(90_000_000 + os.getpid())
 WATCHED_STANDINS = {
     "srun": ('#!/bin/bash\noverlap=0\nwhile [[ $1 == -* ]]; do [[ $1 == --overlap ]] && overlap=1; shift; done\n'
              'if (( overlap )); then\n'

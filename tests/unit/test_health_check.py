@@ -205,6 +205,14 @@ def test_the_judge_fails_when_a_node_left_no_result(tmp_path):
     assert "health gate: n2 no result: its check did not finish" in said
 
 
+def test_the_judge_fails_when_the_job_script_could_not_list_the_nodes(tmp_path):
+    verdict, said, records = judge(tmp_path, {"n1": result("n1", 0.2), "n2": result("n2", 0.2)}, "--nodes=")
+    assert verdict == "fail -"
+    assert said.rstrip().endswith("the job's node list came empty (scontrol show hostnames): nothing to judge: "
+                                  "no node to leave out, not training"), said
+    assert records[0]["action"] == "fail"
+
+
 def asked(tmp_path):
     """What the judge asked scontrol, one call a line."""
     return (tmp_path / "asked").read_text().splitlines() if (tmp_path / "asked").exists() else []

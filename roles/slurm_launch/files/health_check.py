@@ -304,6 +304,9 @@ def slow_nodes(times, factor):
 
 def named_nodes(results, nodes, factor):
     """(the nodes named, each {"node", "reason", "why"...}; the all-reduce's problem or '')."""
+    if not nodes:
+        # The job script could not list the job's nodes: a gate that judged nothing has not passed.
+        return [], "the job's node list came empty (scontrol show hostnames): nothing to judge"
     named = []
     for node in nodes:
         found = results.get(node)
