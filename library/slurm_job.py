@@ -488,8 +488,9 @@ cost:
       in the queue, null without accounting) and C(attempts), one line each (with C(hang), its
       C(suspect_nodes), C(step) and C(stack_dumps), where the job script's hang watchdog stopped
       it, see C(templates/train.sbatch.j2)). C(source) says
-      where the figures come from, C(sacct) or the job script's own record when accounting does
-      not answer. Null before the job is final, or when neither tells.
+      where the figures come from, slurmctld's record of a job that ran once (what slurmdbd
+      keeps of it), C(sacct) for a requeued job or an array, or the job script's own record when
+      accounting does not answer. Null before the job is final, or when none tells.
   returned: always
   type: dict
   sample: {source: sacct, unit: GPU, hours: 0.0133, lost_hours: 0.0067, steps_redone: 1, queue_seconds: 3,
@@ -647,7 +648,8 @@ from ansible_collections.hpc.slurm_train.plugins.module_utils.job_dirs import (
     END_MARKER_NAME, STAGE_SPEC, Refused, open_owned_file, owner_name, release_runs_lock, stage,
 )
 from ansible_collections.hpc.slurm_train.plugins.module_utils.run_cost import (
-    ATTEMPTS_FILE, COST_FIELDS, HEALTH_FILE, ledger, parse_attempts, parse_cost_sacct, parse_health,
+    ATTEMPTS_FILE, COST_FIELDS, HEALTH_FILE, SOURCE_SACCT, SOURCE_SLURMCTLD, ledger, parse_attempts, parse_cost_sacct,
+    parse_health, scontrol_attempt,
 )
 from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     INVALID_JOB_ID,
@@ -1294,6 +1296,8 @@ class SlurmJobRunner:
         # found of its own; for one given by id what find() learns from squeue or accounting, never
         # the record's UserId, which a job name such as "x UserId=alice(2001)" could fake.
         self.owner = None
+        # The job's record as last looked at (find_job's: scontrol's fields, or sacct's).
+        self.job_record = None
         # The partition a job script that names none goes to: the one its nodes share (check_nodes).
         self.partition_option = []
         # A staged job's working directory, its run's, by the name the site gives it: sbatch's own
@@ -1364,10 +1368,15 @@ class SlurmJobRunner:
         log = result.get("stdout_path")
         if not log or result.get("job_id") is None:
             return None
-        try:
-            accounted = self.slurm.cost_attempts(result["job_id"], self.ended_jobs())
-        except SlurmCommandError:
-            accounted = None
+        # A job that ran once and that slurmctld still knows: its record is what sacct would say.
+        once = (scontrol_attempt(self.job_record) if self.job_record and result.get("state_source") == "scontrol"
+                and not result.get("tasks") and result.get("restarts") == 0 else None)
+        accounted, source = ([once], SOURCE_SLURMCTLD) if once else (None, SOURCE_SACCT)
+        if accounted is None:
+            try:
+                accounted = self.slurm.cost_attempts(result["job_id"], self.ended_jobs())
+            except SlurmCommandError:
+                accounted = None
         # Each task's directory and own job id: a sweep's point trains in points/<task>/.
         places = {}
         if result.get("tasks"):
@@ -1390,7 +1399,7 @@ class SlurmJobRunner:
                 records[job_id] = parse_attempts(handle.read(65536).decode("utf-8", "replace"))
         if accounted is None and not records:
             return None
-        return ledger(records, accounted)
+        return ledger(records, accounted, source)
 
     def ended_jobs(self):
         """{job id: (state, elapsed seconds, restarts)} of the final job, or of each final task of
@@ -1472,6 +1481,7 @@ class SlurmJobRunner:
         """Copy what is known about the job into the result."""
         info = job_state(job["state"])
         opener = self.opener()
+        self.job_record = job
         self.result.update(
             {key: job.get(key) for key in JOB_KEYS},
             user=(self.owner or {}).get("user"),

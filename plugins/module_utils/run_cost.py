@@ -32,6 +32,9 @@ ATTEMPTS_FILE = "attempts-{job_id}.tsv"
 HEALTH_FILE = "health-{job_id}.jsonl"
 HEALTH_ACTIONS = ("pass", "requeue", "fail")
 SOURCE_SACCT = "sacct"
+# A job that ran once, still known to slurmctld: its record holds the figures that slurmctld hands
+# slurmdbd, which sacct would print, without a query to slurmdbd.
+SOURCE_SLURMCTLD = "slurmctld's record of the job"
 SOURCE_SCRIPT = "the job script's own record (no accounting: sacct did not answer)"
 
 
@@ -78,6 +81,19 @@ def parse_cost_sacct(stdout):
             "gpus": tres_count(row["AllocTRES"], "gres/gpu") or 0, "cpus": tres_count(row["AllocTRES"], "cpu") or 0,
             "queue_seconds": max(0, int((start - eligible).total_seconds())) if eligible and start else None})
     return attempts
+
+
+def scontrol_attempt(record):
+    """The one attempt of a final job that ran once, in parse_cost_sacct's shape, from slurmctld's
+    record of it (``scontrol show job``'s fields and their parsed job_id, state, elapsed_seconds);
+    None when the record lacks the allocation or the start (a record carried between slices)."""
+    tres = record.get("AllocTRES") or record.get("TRES")  # TRES: the allocation's, in Slurm 22.05
+    eligible, start = _time(record.get("EligibleTime")), _time(record.get("StartTime"))
+    if not tres or start is None or record.get("elapsed_seconds") is None:
+        return None
+    return {"job_id": record["job_id"], "task": "", "state": record["state"], "elapsed_seconds": record["elapsed_seconds"],
+            "gpus": tres_count(tres, "gres/gpu") or 0, "cpus": tres_count(tres, "cpu") or 0,
+            "queue_seconds": max(0, int((start - eligible).total_seconds())) if eligible else None}
 
 
 def _names(field):
@@ -133,10 +149,11 @@ def _attempt(index, record, following, accounted):
             **({"hang": hang} if hang else {})}
 
 
-def ledger(records, accounted=None):
+def ledger(records, accounted=None, source=SOURCE_SACCT):
     """The ledger of one job, or of each task of an array. ``records``: {job id: parse_attempts()}
-    of each task's (or the job's) own id; ``accounted``: parse_cost_sacct() of the job, or None
-    without accounting. Hours are GPU-hours, or CPU-hours when no attempt had a GPU."""
+    of each task's (or the job's) own id; ``accounted``: parse_cost_sacct() of the job (or
+    scontrol_attempt()'s one attempt, ``source`` SOURCE_SLURMCTLD), or None without accounting.
+    Hours are GPU-hours, or CPU-hours when no attempt had a GPU."""
     tasks = {}
     if accounted is not None:
         for row in accounted:
@@ -165,7 +182,7 @@ def ledger(records, accounted=None):
         return round(sum((attempt[seconds_key] or 0) * attempt[per] for attempt in attempts) / 3600, 4)
 
     known = [attempt["queue_seconds"] for attempt in attempts if attempt["queue_seconds"] is not None]
-    return {"source": SOURCE_SACCT if accounted is not None else SOURCE_SCRIPT, "unit": unit,
+    return {"source": source if accounted is not None else SOURCE_SCRIPT, "unit": unit,
             "hours": hours("elapsed_seconds"), "lost_hours": hours("lost_seconds"), "steps_redone": steps_redone,
             "queue_seconds": sum(known) if known else None, "attempts": attempts}
 

@@ -68,6 +68,14 @@ def test_job_on_an_accounting_cluster_completes_and_sacct_has_it(accounting_clus
     sacct = eventually(lambda: accounting_cluster.slurm("sacct", "-X", "-n", "-P", "-j", str(job["job_id"]),
                                                         "-o", "JobName,Partition,State,ExitCode").stdout)
     assert sacct == f"{name}|gpu_acct|COMPLETED|0:0\n"
+    # It ran once: its cost is slurmctld's record of it, which slurmdbd now holds the same.
+    cost = job["cost"]
+    state, elapsed, tres, eligible, start = accounting_cluster.slurm(
+        "sacct", "-X", "-n", "-P", "-j", str(job["job_id"]), "-o", "State,ElapsedRaw,AllocTRES,Eligible,Start"
+    ).stdout.strip().split("|")
+    assert cost["source"] == "slurmctld's record of the job", cost
+    assert [(a["state"], a["elapsed_seconds"], a["gpus"]) for a in cost["attempts"]] == [(state, int(elapsed), 4)], tres
+    assert cost["queue_seconds"] == int((datetime.fromisoformat(start) - datetime.fromisoformat(eligible)).total_seconds())
 
 
 def test_nodes_of_two_partitions_are_refused(accounting_cluster, tmp_path):

@@ -136,3 +136,17 @@ def test_an_attempt_missing_from_the_scripts_record_counts_nothing():
     cost = run_cost.ledger({41: run_cost.parse_attempts(record)})
     assert [(a["restart"], a["state"], a["gpus"], a["cpus"]) for a in cost["attempts"]] == [
         (0, "failed", 4, 8), (1, "cut", 0, 0), (2, "ok", 4, 8)]
+
+
+def test_slurmctlds_record_of_a_job_that_ran_once_is_one_attempt_or_none_without_its_allocation():
+    record = {"job_id": 5, "state": "FAILED", "elapsed_seconds": 60, "AllocTRES": "cpu=8,node=2,gres/gpu=16",
+              "EligibleTime": "2026-12-07T10:00:00", "StartTime": "2026-12-07T10:01:00"}
+    assert run_cost.scontrol_attempt(record) == {"job_id": 5, "task": "", "state": "FAILED", "elapsed_seconds": 60,
+                                                 "gpus": 16, "cpus": 8, "queue_seconds": 60}
+    assert run_cost.scontrol_attempt({**record, "EligibleTime": "Unknown"})["queue_seconds"] is None
+    # A record carried between slices keeps no allocation nor start: sacct is asked instead.
+    for missing in ("AllocTRES", "StartTime", "elapsed_seconds"):
+        assert run_cost.scontrol_attempt({key: value for key, value in record.items() if key != missing}) is None
+    cost = run_cost.ledger({}, [run_cost.scontrol_attempt(record)], run_cost.SOURCE_SLURMCTLD)
+    assert run_cost.cost_line(cost) == ("0.2667 GPU-hours over 1 attempt, 0.2667 lost, 0 steps redone, 60 s queued "
+                                        "(from slurmctld's record of the job)")

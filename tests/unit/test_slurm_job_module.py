@@ -16,6 +16,7 @@ import time
 import pytest
 from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 from ansible_collections.hpc.slurm_train.plugins.module_utils import bad_nodes
+from ansible_collections.hpc.slurm_train.plugins.module_utils import run_cost
 import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
@@ -237,7 +238,7 @@ def test_submit_and_follow_to_completed(slurm_cli, clock, script, comment, tmp_p
         "state": "COMPLETED", "outcome": "succeeded", "final": True, "exit_code": 0, "exit_signal": 0,
         "reason": None, "nodes": ["rec1", "rec2"], "elapsed_seconds": 0, "restarts": 0,
         "stdout_path": str(log), "stderr_path": str(log), "log_tail": ["step 97", "step 98", "step 99"],
-        "queries": 8 + 1, "state_source": "scontrol", "name": "train-ddp", "partition": "gpu",
+        "queries": 8, "state_source": "scontrol", "name": "train-ddp", "partition": "gpu",
         "test_only": None,
     }
 
@@ -289,7 +290,7 @@ def test_identical_pending_job_is_followed_not_resubmitted(slurm_cli, clock, scr
     assert slurm_cli.argvs == [SQUEUE, SCONTROL, SCONTROL]
     result = outcome.result
     assert (result["job_id"], result["submitted"], result["found_existing"], result["changed"]) == (1234, False, True, False)
-    assert (result["state"], result["queries"]) == ("COMPLETED", 3 + 1)  # and the cost's sacct
+    assert (result["state"], result["queries"]) == ("COMPLETED", 3)
 
 
 def test_newest_active_copy_wins_and_completing_copies_count(slurm_cli, clock, script, comment, job_output):
@@ -371,7 +372,7 @@ def test_transient_error_is_retried_then_succeeds(slurm_cli, clock, job_output):
     outcome = run_module({"state": "query", "job_id": 1234})
 
     # The owner question (squeue), then three tries.
-    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 4 + 1)
+    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 4)
     assert len(clock.sleeps) == 2
     assert 0.5 <= clock.sleeps[0] <= 0.55 and 1.0 <= clock.sleeps[1] <= 1.1
 
@@ -393,7 +394,7 @@ def test_following_outlives_a_controller_restart(slurm_cli, clock, job_output):
         slurm_cli.answer(SCONTROL, *SOCKET_TIMEOUT)
     slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"job_id": 1234, "poll_min": 1, "poll_max": 1})
-    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 1 + 10 + 1)
+    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 1 + 10)
     assert outcome.result["controller_outage_seconds"] > 0
 
 
@@ -431,7 +432,7 @@ def test_sbatch_retried_when_the_controller_did_not_queue_it(slurm_cli, clock, s
     outcome = run_module({"script": script, "job_name": "train-ddp"})
 
     assert [argv[0] for argv in slurm_cli.argvs] == ["squeue", "sbatch", "squeue", "sbatch", "scontrol"]
-    assert (outcome.result["submitted"], outcome.result["job_id"], outcome.result["queries"]) == (True, 1234, 5 + 1)
+    assert (outcome.result["submitted"], outcome.result["job_id"], outcome.result["queries"]) == (True, 1234, 5)
 
 
 def test_sbatch_rejection_is_not_retried(slurm_cli, clock, script):
@@ -759,7 +760,7 @@ def test_the_next_slice_carries_on_without_asking_at_once(slurm_cli, clock, job_
     outcome = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60, "progress_from": previous})
     assert clock.sleeps == [8.0], "the first look waits for the interval the previous slice had reached"
     # The owner came with the previous slice: not asked again.
-    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 1 + 1)
+    assert (outcome.failed, outcome.result["state"], outcome.result["queries"]) == (False, "COMPLETED", 1)
     assert slurm_cli.identity_calls == []
 
 
@@ -1011,7 +1012,7 @@ def test_a_running_job_with_an_end_marker_is_asked_about_at_the_marked_interval(
     slurm_cli.answer(SCONTROL, out=job_output("running"))
     slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"job_id": 1234, "end_marker": str(tmp_path / ".%j.ended"), "marked_poll_interval": 45})
-    assert outcome.result["state"] == "COMPLETED" and outcome.result["queries"] == 1 + 3 + 1  # the owner question first, the cost's sacct last
+    assert outcome.result["state"] == "COMPLETED" and outcome.result["queries"] == 1 + 3  # the owner question first
     # Not 1, 2, 4, 8...: the marker would answer the end, so the safety looks are 45 s apart.
     assert sum(clock.sleeps) == pytest.approx(90) and max(clock.sleeps) <= slurm_job.MARKER_CHECK_INTERVAL
 
@@ -1507,14 +1508,37 @@ def test_the_cost_takes_the_last_attempts_end_from_slurmctld_rather_than_wait_fo
     assert len(asked) == slurm_job.COST_SACCT_LOOKS
 
 
-def test_a_final_jobs_cost_asks_sacct_once_with_the_controllers_figures(slurm_cli, clock, job_output, tmp_path):
-    slurm_cli.answer(SCONTROL, out=job_output("failed", run_dir=str(tmp_path)))
-    slurm_cli.cost = (0, "1234|1234|RUNNING|3|cpu=16,gres/gpu=8|2026-12-07T10:00:00|2026-12-07T10:00:02\n", "")
+def test_a_requeued_jobs_cost_asks_sacct_once_with_the_controllers_figures(slurm_cli, clock, job_output, tmp_path):
+    slurm_cli.answer(SCONTROL, out=job_output("failed", run_dir=str(tmp_path)).replace("Restarts=0", "Restarts=1"))
+    slurm_cli.cost = (0, "1234|1234|REQUEUED|30|cpu=16,gres/gpu=8|2026-12-07T10:00:00|2026-12-07T10:00:02\n"
+                         "1234|1234|RUNNING|3|cpu=16,gres/gpu=8|2026-12-07T10:00:40|2026-12-07T10:00:41\n", "")
     result = run_module({"job_id": 1234, "accounting": "yes"}).result
-    assert (result["state"], result["state_source"], result["elapsed_seconds"]) == ("FAILED", "scontrol", 0)
-    assert [(a["state"], a["elapsed_seconds"], a["gpus"]) for a in result["cost"]["attempts"]] == [("FAILED", 0, 8)]
-    assert (len(slurm_cli.cost_calls), clock.sleeps) == (1, [])
-    assert result["cost"]["queue_seconds"] == 2
+    assert (result["state"], result["state_source"], result["elapsed_seconds"], result["restarts"]) == (
+        "FAILED", "scontrol", 0, 1)
+    assert [(a["state"], a["elapsed_seconds"], a["gpus"]) for a in result["cost"]["attempts"]] == [
+        ("REQUEUED", 30, 8), ("FAILED", 0, 8)]
+    assert (len(slurm_cli.cost_calls), clock.sleeps, result["cost"]["source"]) == (1, [], "sacct")
+    assert result["cost"]["queue_seconds"] == 2 + 1
+
+
+@pytest.mark.parametrize("version", ["22.05", "25.11"])
+def test_a_job_that_ran_once_costs_what_slurmctlds_record_says_without_asking_sacct(
+        slurm_cli, clock, slurm_output, tmp_path, version):
+    """Slurm 22.05 names the allocation TRES=, later versions AllocTRES= (beside ReqTRES=)."""
+    record = re.sub(r"^JobId=\d+ ", "JobId=1234 ", slurm_output(f"{version}/scontrol_show_job.txt"))
+    record = re.sub(r"JobState=\S+", "JobState=COMPLETED", record)
+    record = re.sub(r"RunTime=\S+", "RunTime=00:01:40", record)
+    record = re.sub(r"EligibleTime=\S+", "EligibleTime=2026-12-07T10:00:00", record)
+    record = re.sub(r"StartTime=\S+", "StartTime=2026-12-07T10:00:07", record)
+    slurm_cli.answer(SCONTROL, out=record)
+    result = run_module({"job_id": 1234, "accounting": "yes"}).result
+    assert (result["state"], result["restarts"]) == ("COMPLETED", 0)
+    assert slurm_cli.cost_calls == [], "slurmdbd is not asked what slurmctld still knows"
+    cost = result["cost"]
+    assert (cost["source"], cost["unit"], cost["queue_seconds"]) == (run_cost.SOURCE_SLURMCTLD, "GPU", 7)
+    assert [(a["state"], a["elapsed_seconds"], a["gpus"], a["cpus"]) for a in cost["attempts"]] == [
+        ("COMPLETED", 100, 4, 2)]
+    assert cost["hours"] == round(100 * 4 / 3600, 4)
 
 
 SINFO_THREE = "rec1|gpu*|idle|2|gpu:2\nrec2|gpu*|idle|2|gpu:2\nrec3|gpu*|idle|2|gpu:2\n"
