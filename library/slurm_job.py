@@ -486,8 +486,8 @@ cost:
       failed attempts and attempts cut by a node failure did after their last checkpoint),
       C(steps_redone) (steps trained again after each resume), C(queue_seconds) (time waiting
       in the queue, null without accounting) and C(attempts), one line each (with C(hang), its
-      C(suspect_nodes), C(step) and C(stack_dumps), where the job script's hang watchdog stopped
-      it, see C(templates/train.sbatch.j2)). C(source) says
+      C(suspect_nodes), C(step), C(stack_dumps) and C(flight_recorder_dumps), where the job
+      script's hang watchdog stopped it, see C(templates/train.sbatch.j2)). C(source) says
       where the figures come from, slurmctld's record of a job that ran once (what slurmdbd
       keeps of it), C(sacct) for a requeued job or an array, or the job script's own record when
       accounting does not answer. Null before the job is final, or when none tells.

@@ -114,10 +114,12 @@ def parse_attempts(text):
         elif kind == "end" and len(fields) == 7 and restart in attempts:
             attempts[restart]["end"] = {"time": _int(fields[2]), "outcome": fields[3], "step": _int(fields[4]),
                                         "checkpoint_time": _int(fields[5]), "reached": _int(fields[6])}
-        elif kind == "hang" and len(fields) == 6 and restart in attempts:
-            # The hang watchdog's record: suspect nodes and stack dumps, comma-separated ('-': none).
+        elif kind == "hang" and len(fields) in (6, 7) and restart in attempts:
+            # The hang watchdog's record: suspect nodes, stack dumps and NCCL flight-recorder dumps
+            # (a script older than those has none), comma-separated ('-': none).
             attempts[restart]["hang"] = {"time": _int(fields[2]), "suspect_nodes": _names(fields[3]),
-                                         "step": _int(fields[4]), "stack_dumps": _names(fields[5])}
+                                         "step": _int(fields[4]), "stack_dumps": _names(fields[5]),
+                                         "flight_recorder_dumps": _names(fields[6]) if len(fields) == 7 else []}
     return attempts
 
 

@@ -126,13 +126,15 @@ def job_hangs(job):
 
 
 def hang_line(hang):
-    """summary.txt's 'hung' row: 'attempt 0 of job 41 HUNG at step 20: suspect node111; stacks in ...'."""
+    """summary.txt's 'hung' row: 'attempt 0 of job 41 HUNG at step 20: suspect node111; stacks in ...',
+    and the NCCL flight recorder's dumps where there are any."""
     at = f" at step {hang['step']}" if hang.get("step") is not None else ""
     nodes = ", ".join(_rules.visible(node) for node in hang.get("suspect_nodes") or [])
     dumps = ", ".join(_rules.visible(name) for name in hang.get("stack_dumps") or [])
+    recorded = ", ".join(_rules.visible(name) for name in hang.get("flight_recorder_dumps") or [])
     return (f"attempt {hang['restart']} of job {hang['job_id']} HUNG{at}: suspect "
-            f"{nodes or 'nodes: none named (the stacks do not tell)'}; stacks in {dumps or 'no file'} (the run's "
-            "directory)")
+            f"{nodes or 'nodes: none named (the stacks do not tell)'}; stacks in {dumps or 'no file'}"
+            f"{'; NCCL flight recorder in ' + recorded if recorded else ''} (the run's directory)")
 
 
 def failure_lines(failure):

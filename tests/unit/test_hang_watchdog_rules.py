@@ -140,7 +140,8 @@ def test_a_hung_attempt_is_lost_after_its_checkpoint_and_carries_its_hang():
     first, second = cost["attempts"]
     assert first["state"] == "hung" and first["lost_seconds"] == 100 - 60
     assert first["hang"] == {"time": 1100, "suspect_nodes": ["node111"], "step": 20,
-                             "stack_dumps": ["hang-41-0-node110.txt", "hang-41-0-node111.txt"]}
+                             "stack_dumps": ["hang-41-0-node110.txt", "hang-41-0-node111.txt"],
+                             "flight_recorder_dumps": []}
     assert "hang" not in second and second["lost_seconds"] == 0
     assert cost["steps_redone"] == 5
 
@@ -151,7 +152,8 @@ def test_job_json_and_the_summary_name_the_hung_attempt_and_its_node():
                   "restarts": 1, "nodes": ["node110", "node111"], "cost": cost}
     record, lines, _ = job_outputs.report(job_result, {}, [], "/out")
     assert record["hangs"] == [{"job_id": 41, "restart": 0, "state": "HUNG", "time": 1100, "suspect_nodes": ["node111"],
-                                "step": 20, "stack_dumps": ["hang-41-0-node110.txt", "hang-41-0-node111.txt"]}]
+                                "step": 20, "stack_dumps": ["hang-41-0-node110.txt", "hang-41-0-node111.txt"],
+                                "flight_recorder_dumps": []}]
     assert ("hung       attempt 0 of job 41 HUNG at step 20: suspect node111; stacks in hang-41-0-node110.txt, "
             "hang-41-0-node111.txt (the run's directory)") in lines
     # Without suspects (the stacks did not tell), none is named; a job that never hung has no row.

@@ -13,6 +13,12 @@ Run by the job script's hang watchdog (templates/train.sbatch.j2) when neither t
 A worker is a process of this job on this node that torchrun started (``RANK`` and
 ``TORCHELASTIC_RUN_ID`` in its environment), not one of its own children (a DataLoader worker
 inherits both). Without py-spy the file says so, one header per worker, and the watchdog goes on.
+
+PyTorch's NCCL flight recorder (its last collectives per rank) is dumped on demand through a named
+pipe that the rank's NCCL heartbeat monitor reads; the job script's torchrun wrapper names the pipe
+and the dump file of each worker (TORCH_NCCL_DEBUG_INFO_PIPE_FILE, TORCH_NCCL_DEBUG_INFO_TEMP_FILE)
+in a private folder of the node. A worker without a pipe (gloo, CPU, torch < 2.2, the recorder off)
+is not waited for.
 Standard library only: it runs with the training env's python, whatever that env holds.
 """
 
@@ -21,6 +27,7 @@ import collections
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -32,6 +39,12 @@ HEADER_RE = re.compile(r"^=== rank (\d+) on (\S+) pid (\d+) step (\S+) ===$")
 THREAD_RE = re.compile(r'^Thread \S+(?: \([^)]*\))?: "(.*)"$')
 FRAME_RE = re.compile(r"^ {4}(\S.*)$")
 PY_SPY_SECONDS = 60
+# How long the workers' flight recorders have, together, to write their dumps once asked: PyTorch
+# gives its own dump on a timeout as long (TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC, 15 s by default).
+FLIGHT_RECORDER_SECONDS = 15
+FLIGHT_RECORDER_POLL = 0.2
+# A flight-recorder dump in the run's directory: torchfrtrace reads the rank from the name's end.
+FLIGHT_RECORDER_NAME = "hang-{job}-{restart}-{node}-nccl-rank{rank}"
 
 
 def _environ(pid):
@@ -70,13 +83,135 @@ def workers(job_id, node, own_step):
     return {pid: env for pid, env in found.items() if _parent(pid) not in found}
 
 
-def dump(job_id, restart, directory):
-    """Write hang-<job>-<restart>-<node>.txt in ``directory``: py-spy's dump of each worker here."""
+def _in_worker(pid, path):
+    """A path from a worker's environment as this process reaches it (a relative one from its cwd)."""
+    return path if os.path.isabs(path) else os.path.join(f"/proc/{pid}/cwd", path)
+
+
+def flight_recorder_files(pid, env):
+    """(its dump pipe, the file it dumps to) of a worker, as PyTorch 2.13 names them; None without a
+    pipe's name. ProcessGroupNCCL.hpp:199-242 (DumpPipe): the pipe is TORCH_NCCL_DEBUG_INFO_PIPE_FILE +
+    global rank + '.pipe'. FlightRecorder.cpp (DebugInfoWriter::getWriter, ::write): the dump is
+    TORCH_FR_DUMP_TEMP_FILE, else TORCH_NCCL_DEBUG_INFO_TEMP_FILE, else $XDG_CACHE_HOME (or
+    $HOME/.cache) + /torch/comm_lib_trace_rank_, + the global rank; TORCH_FR_DUMP_TEMP_FILE as it is
+    with TORCH_FR_DUMP_DYNAMIC_FILE_NAME true. A variable set empty counts as set, a true one is
+    y/yes/1/t/true in any case (getCvarString, getCvarBool: c10d/Utils.hpp:95-189)."""
+    stem, rank = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"), env["RANK"]
+    if not stem:
+        return None
+    dynamic = env.get("TORCH_FR_DUMP_DYNAMIC_FILE_NAME", "").lower() in ("y", "yes", "1", "t", "true")
+    if "TORCH_FR_DUMP_TEMP_FILE" in env:
+        target = env["TORCH_FR_DUMP_TEMP_FILE"] + ("" if dynamic else rank)
+    elif "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" in env:
+        target = env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] + rank
+    else:
+        cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME", "/tmp"), ".cache")
+        target = os.path.join(cache, "torch", "comm_lib_trace_rank_" + rank)
+    return _in_worker(pid, f"{stem}{rank}.pipe"), _in_worker(pid, target)
+
+
+def _state(path):
+    """(size, mtime) of a regular file, or None."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_size, info.st_mtime_ns) if stat.S_ISREG(info.st_mode) else None
+
+
+def _ask(pipe):
+    """Ask a worker's flight recorder for a dump: a byte into its pipe. '' when asked, else why not."""
+    try:
+        if not stat.S_ISFIFO(os.lstat(pipe).st_mode):
+            return "not a named pipe"
+        # Non-blocking: a pipe its rank no longer reads (the process gone) fails at once (ENXIO).
+        fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError as error:
+        return error.strerror or str(error)
+    try:
+        os.write(fd, b"1")
+    except OSError as error:
+        return error.strerror or str(error)
+    finally:
+        os.close(fd)
+    return ""
+
+
+def _copy_private(source, destination):
+    """Copy a dump into the run's directory, the user's only (0600); a link planted at the
+    destination is not followed (OSError)."""
+    src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        dst = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(dst, 0o600)
+            while True:
+                chunk = os.read(src, 1 << 20)
+                if not chunk:
+                    break
+                os.write(dst, chunk)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+
+
+def ask_flight_recorders(found):
+    """Ask each worker with a dump pipe for its NCCL flight recorder's dump. Returns ({rank: (its dump
+    file, that file's state before)}, lines for the dump file). No pipe (no NCCL process group) is
+    nothing asked."""
+    asked, lines = {}, []
+    for pid, env in sorted(found.items(), key=lambda item: int(item[1]["RANK"])):
+        files = flight_recorder_files(pid, env)
+        if files is None or not os.path.lexists(files[0]):
+            continue
+        before = _state(files[1])
+        why = _ask(files[0])
+        if why:
+            lines.append(f"# NCCL flight recorder of rank {env['RANK']}: not asked ({files[0]}: {why})")
+        else:
+            asked[env["RANK"]] = (files[1], before)
+    return asked, lines
+
+
+def keep_flight_recorders(asked, job_id, restart, node, directory, deadline):
+    """Wait until ``deadline`` (time.monotonic) at most for the dumps asked for, and copy each into
+    ``directory``. Returns ({rank: file name}, lines for the dump file)."""
+    asked, kept, seen, lines = dict(asked), {}, {}, []
+    while asked:
+        for rank, (target, before) in list(asked.items()):
+            now = _state(target)
+            # Written since the asking and the same on two looks: PyTorch writes the whole dump at
+            # once and closes it, with no mark of its end.
+            if now is not None and now[0] > 0 and now != before and seen.get(rank) == now:
+                name = FLIGHT_RECORDER_NAME.format(job=job_id, restart=restart, node=node, rank=rank)
+                try:
+                    _copy_private(target, os.path.join(directory, name))
+                    kept[rank] = name
+                except OSError as error:
+                    lines.append(f"# NCCL flight recorder of rank {rank}: not kept ({name}: {error.strerror or error})")
+                del asked[rank]
+            seen[rank] = now
+        if not asked or time.monotonic() >= deadline:
+            break
+        time.sleep(FLIGHT_RECORDER_POLL)
+    lines += [f"# NCCL flight recorder of rank {rank}: no dump in time (its NCCL heartbeat monitor did not "
+              "answer)" for rank in sorted(asked, key=int)]
+    return kept, [f"# NCCL flight recorder of rank {rank}: {name}"
+                  for rank, name in sorted(kept.items(), key=lambda item: int(item[0]))] + lines
+
+
+def dump(job_id, restart, directory, flight_recorder_seconds=FLIGHT_RECORDER_SECONDS):
+    """Write hang-<job>-<restart>-<node>.txt in ``directory``: py-spy's dump of each worker here; and
+    the NCCL flight recorder's dump of each worker that has one, beside it."""
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     py_spy = os.environ.get("PY_SPY") or shutil.which("py-spy")
     found = workers(job_id, node, os.environ.get("SLURM_STEP_ID"))
     lines = [f"# hang of job {job_id} (restart {restart}) on {node}, {time.strftime('%F %T')}: "
              f"{len(found)} torchrun worker(s)"]
+    # Asked first, so that the recorders write while py-spy reads the stacks.
+    asked, asking = ask_flight_recorders(found)
+    deadline = time.monotonic() + flight_recorder_seconds
     if not py_spy:
         lines.append("# py-spy is not on this node's PATH (nor in $PY_SPY): no stacks; add py-spy to the "
                      "training env")
@@ -92,12 +227,15 @@ def dump(job_id, restart, directory):
                 lines.append(f"# py-spy exited {proc.returncode}: {proc.stderr.strip()}")
         except (OSError, subprocess.TimeoutExpired) as error:
             lines.append(f"# py-spy failed: {error}")
+    kept, keeping = keep_flight_recorders(asked, job_id, restart, node, directory, deadline)
+    lines[1:1] = asking + keeping
     path = os.path.join(directory, f"hang-{job_id}-{restart}-{node}.txt")
     # The run's directory is the user's own; a link planted under this name is not followed.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write("\n".join(lines) + "\n")
-    print(f"hang: {len(found)} worker(s) on {node}{'' if py_spy else ' (no py-spy: no stacks)'} -> {path}")
+    print(f"hang: {len(found)} worker(s) on {node}{'' if py_spy else ' (no py-spy: no stacks)'} -> {path}"
+          + (f"; NCCL flight recorder of {len(kept)} rank(s) beside it" if kept else ""))
 
 
 def innermost_frames(text):
