@@ -24,7 +24,9 @@ import pytest
 from ansible_collections.hpc.slurm_train.roles.slurm_launch.files import hang_dump
 from test_job_template import job, render, torchrun_wrapper
 
-JOB_ID = "987655"  # no job of a real cluster on this machine has it; not test_hang_watchdog_rules.py's
+# No job of a real cluster on this machine has it, nor test_hang_watchdog_rules.py's workers, nor
+# those of another run of these tests at the same time: workers are found by job id.
+JOB_ID = str(91_000_000 + os.getpid())
 
 # A worker with an NCCL process group, as far as its flight recorder goes. ANSWER: "dump" writes
 # the dump when asked, "never" reads the request and never writes (a dump stuck on the GIL).
