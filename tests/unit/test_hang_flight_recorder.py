@@ -22,6 +22,7 @@ import time
 
 import pytest
 from ansible_collections.hpc.slurm_train.roles.slurm_launch.files import hang_dump
+from test_hang_watchdog_rules import with_environ
 from test_job_template import job, render, torchrun_wrapper
 
 # No job of a real cluster on this machine has it, nor test_hang_watchdog_rules.py's workers, nor
@@ -63,7 +64,7 @@ def worker(tmp_path, rank, answer=None, node="node111", **more):
            "TORCHELASTIC_RUN_ID": "x", "SLURM_STEP_ID": "5", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{folder}/pipe-",
            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{folder}/trace-", "TRACE": "new trace", **more}
     if answer is None:
-        return subprocess.Popen(["sleep", "60"], env=env)
+        return with_environ(subprocess.Popen(["sleep", "60"], env=env))
     proc = subprocess.Popen([sys.executable, "-c", RECORDER], env={**env, "ANSWER": answer}, stdout=subprocess.PIPE,
                             text=True)
     assert proc.stdout.readline() == "ready\n"

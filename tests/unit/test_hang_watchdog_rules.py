@@ -247,10 +247,11 @@ def test_the_workers_are_this_jobs_torchrun_children_on_this_node_not_their_own_
            "TORCHELASTIC_RUN_ID": "x", "SLURM_STEP_ID": "5"}
     # A worker with a child of its own (a DataLoader worker inherits its environment), one on
     # another node, one of another step, and one of another job.
-    procs = [subprocess.Popen(["bash", "-c", "sleep 60 & wait"], env=env, start_new_session=True),
-             subprocess.Popen(["sleep", "60"], env={**env, "SLURMD_NODENAME": "node110"}),
-             subprocess.Popen(["sleep", "60"], env={**env, "SLURM_STEP_ID": "9"}),
-             subprocess.Popen(["sleep", "60"], env={**env, "SLURM_JOB_ID": HUNG_JOB_ID + "1"})]
+    procs = [with_environ(proc) for proc in (
+        subprocess.Popen(["bash", "-c", "sleep 60 & wait"], env=env, start_new_session=True),
+        subprocess.Popen(["sleep", "60"], env={**env, "SLURMD_NODENAME": "node110"}),
+        subprocess.Popen(["sleep", "60"], env={**env, "SLURM_STEP_ID": "9"}),
+        subprocess.Popen(["sleep", "60"], env={**env, "SLURM_JOB_ID": HUNG_JOB_ID + "1"}))]
     try:
         deadline = time.monotonic() + 10
         # Until the worker's child has started.
@@ -267,12 +268,22 @@ def test_the_workers_are_this_jobs_torchrun_children_on_this_node_not_their_own_
             proc.wait()
 
 
+def with_environ(proc):
+    """``proc`` once /proc shows its environment: a vfork()ed child's parent resumes before the
+    kernel has set up the new program's environment, which reads empty for that moment (a
+    training's workers have run for minutes when the watchdog looks)."""
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{proc.pid}/environ").read_bytes():
+        assert time.monotonic() < deadline, f"process {proc.pid} never showed its environment"
+        time.sleep(0.01)
+    return proc
+
+
 def start_workers(ranks, node="node111", **more):
     """Stand-in torchrun workers of HUNG_JOB_ID on ``node``, one per rank, in the given order."""
-    return [subprocess.Popen(["sleep", "60"], env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": HUNG_JOB_ID,
-                                                    "SLURMD_NODENAME": node, "RANK": str(rank),
-                                                    "TORCHELASTIC_RUN_ID": "x", "SLURM_STEP_ID": "5", **more})
-            for rank in ranks]
+    return [with_environ(subprocess.Popen(["sleep", "60"], env={
+        "PATH": "/usr/bin:/bin", "SLURM_JOB_ID": HUNG_JOB_ID, "SLURMD_NODENAME": node, "RANK": str(rank),
+        "TORCHELASTIC_RUN_ID": "x", "SLURM_STEP_ID": "5", **more})) for rank in ranks]
 
 
 def stop(procs):
