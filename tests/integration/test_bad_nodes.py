@@ -11,53 +11,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
-from cluster import REPO, Cluster, local_cluster, nas_without_provisioning, status, write_inventory
+from cluster import REPO, THREE_NODES_GROUP, local_cluster, nodes_slurm_would_pick, status
 from launch import TRAINER, launch, next_job_id, outputs_of, unique_job_name
 
-HOSTS = """\
-    all:
-      children:
-        submit:
-          hosts:
-            localhost:
-              ansible_connection: local
-              ansible_python_interpreter: "{{ ansible_playbook_python }}"
-        compute:
-          children:
-            cpu_bad:
-              hosts:
-                bad-n1: {ansible_host: 10.87.0.11}
-                bad-n2: {ansible_host: 10.87.0.12}
-                bad-n3: {ansible_host: 10.87.0.13}
-              vars: {cluster_node_cpus: 2}
-    """
-GROUP = ["-e", "group=cpu_bad", "-e", "num_nodes=2"]
+GROUP = ["-e", f"group={THREE_NODES_GROUP}", "-e", "num_nodes=2"]
 # The health gate has its own test: here its timings, on a host this loaded, could name a node
 # slow beside the one the test kills.
 NO_GATE = "health_gate=false"
-
-
-@pytest.fixture(scope="module")
-def three_nodes(tmp_path_factory):
-    base = tmp_path_factory.mktemp("bad")
-    # Not under /tmp, which the cluster's hosts do not see.
-    state = Path("/var/lib/ansible-slurm-train/tests") / f"bad-{base.name}"
-    venv = state / "nas" / "venv"
-    inventory = write_inventory(base / "inv", HOSTS, {
-        "cluster_name": "badn", "local_cluster_state_dir": str(state), "cluster_nas_root": str(state / "nas"),
-        "local_cluster_network": "10.87.0.0/24", "local_cluster_slurmctld_port": 46917,
-        "local_cluster_slurmdbd_port": 46919, "local_cluster_mariadb_port": 43406,
-        "cluster_slurm_conf": str(state / "etc" / "slurm.conf"), "cluster_venv": str(venv),
-        # Not provisioned: no NCCL env files and no CUDA toolkit (CPU nodes), so the jobs source none.
-        "slurm_launch_nccl_env_dir": "", "slurm_launch_cuda_home": ""})
-    local_cluster("up", "-i", str(inventory))
-    try:
-        nas_without_provisioning(state, venv)
-        yield Cluster(inventory)
-    finally:
-        local_cluster("down", "-i", str(inventory))
 
 
 def kill_node(cluster, node):
@@ -90,14 +50,6 @@ def restore(cluster, node):
     raise AssertionError(f"{node} did not come back: {cluster.slurm('sinfo', '-N').stdout}")
 
 
-def nodes_slurm_would_pick(cluster):
-    """The two nodes Slurm would give a 2-node job of the group now, left to itself."""
-    answer = cluster.slurm("sbatch", "--test-only", "-N2", "-p", "cpu_bad", "--wrap", "true", check=False).stderr
-    hostlist = re.search(r" on nodes (\S+) in partition", answer)
-    assert hostlist, answer
-    return cluster.slurm("scontrol", "show", "hostnames", hostlist.group(1)).stdout.split()
-
-
 def wait_for(probe, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -108,11 +60,12 @@ def wait_for(probe, timeout, what):
     raise AssertionError(f"gave up waiting for {what}")
 
 
-def test_a_node_killed_mid_training_is_left_out_of_the_requeue_and_of_later_launches(three_nodes, tmp_path):
+def test_a_node_killed_mid_training_is_left_out_of_the_requeue_and_of_later_launches(three_nodes, bad_nodes_cleared,
+                                                                                      tmp_path):
     cluster = three_nodes
     name = unique_job_name("badnode")
     run_dir = cluster.nas / "jobs" / "root" / name / "runs" / "1"
-    record = cluster.nas / "jobs" / "root" / "nodes.json"
+    record = bad_nodes_cleared
     argv = ["ansible-playbook", "launch.yml", "-i", str(cluster.inventory),
             "-e", f"slurm_launch_outputs_dir={tmp_path}", *GROUP, "-e", NO_GATE, "-e", f"script={TRAINER}",
             "-e", "nproc_per_node=1", "-e", f"job_name={name}", "-e", "max_restarts=2",
@@ -151,7 +104,7 @@ def test_a_node_killed_mid_training_is_left_out_of_the_requeue_and_of_later_laun
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
 
     # Back in Slurm and first in line, the node is still left out of the user's next group launch.
-    assert killed_node in nodes_slurm_would_pick(cluster), "a launch left to Slurm would take the bad node"
+    assert killed_node in nodes_slurm_would_pick(cluster, THREE_NODES_GROUP, 2), "a launch left to Slurm would take the bad node"
     second_name = unique_job_name("avoid")
     second = launch(tmp_path, *GROUP[1::2], f"script={TRAINER}", "nproc_per_node=1", NO_GATE,
                     f"job_name={second_name}", json.dumps({"script_args": "--steps 2"}), inventory=cluster.inventory)
