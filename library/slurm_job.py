@@ -318,6 +318,19 @@ node_states:
   returned: always (null unless the job ended in a node failure)
   type: dict
   sample: {"node111": {"state": "down", "markers": "*", "partitions": ["gpu"], "cpus": 64, "gpus": 8}}
+marked_bad_nodes:
+  description:
+    - After a node failure that Slurm did not requeue (the job final in it), the job's nodes that
+      C(sinfo) then shows down, drained, failing or not responding, recorded in the user's
+      C(<run_records>/<user>/nodes.json) with reason C(NODE_FAIL) (C(node), C(reason), C(since),
+      C(until), C(job_id), C(line)). The job script, killed with its node, cannot record them.
+    - Only for the module user's own job, with the launch's C(bad_node_hours); a record that
+      cannot be written is a warning, and the job's result stands.
+  returned: always (null unless nodes were recorded)
+  type: list
+  elements: dict
+  sample: [{node: node111, reason: NODE_FAIL, since: 1796623800, until: 1796710200, job_id: 12,
+            line: "node111: NODE_FAIL in job 12 at 2026-12-07 05:50 UTC, kept out until 2026-12-08 05:50 UTC"}]
 job_id:
   description: The Slurm job id; null when nothing was submitted (check mode).
   returned: always
@@ -681,6 +694,7 @@ from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     retry_command,
     sacct_query,
     sinfo_nodes,
+    unusable_nodes,
     validate_job_name,
     validate_node_name,
 )
@@ -708,6 +722,10 @@ INTERNAL_SPEC = {
         "bad_nodes_root": {"type": "path", "default": ""},
         "force_bad_nodes": {"type": "bool", "default": False},
     }},
+    # After a node failure Slurm did not requeue, the job's nodes it has down are recorded bad for
+    # this many hours (0: none) in <run_records>/<user>/nodes.json: the job script's own record
+    # needs a next attempt, and a job not requeued has none.
+    "bad_node_hours": {"type": "float", "default": 0},
     # A follow in slices: return at the next change of state (or at timeout) with `progress`, from
     # which the next slice carries on without asking Slurm again at once; a slice also ends once the
     # log grew and progress_log_every seconds passed, with at most progress_log_lines new lines.
@@ -808,6 +826,16 @@ COST_SACCT_LOOKS = 11
 COST_SACCT_WAIT_SECONDS = 0.5
 # What sacct says of a started attempt whose end slurmdbd has not been told yet.
 UNENDED_SACCT_STATES = ("RUNNING", "COMPLETING")
+
+
+def failed_job_nodes(result):
+    """The nodes to record bad of a job final in a node failure (Slurm did not requeue it, so no
+    attempt of its script will): of its nodes as sinfo showed them then (collect's node_states),
+    those Slurm gives no job now (slurm.unusable_nodes: down, drained, failing, not responding).
+    The job's nodes that are well stay out of it; any other end names none."""
+    if not result.get("final") or result.get("outcome") != "node_failure":
+        return []
+    return sorted(unusable_nodes(result.get("node_states") or {}))
 
 
 def complete_last_attempts(attempts, ended):
@@ -1290,7 +1318,7 @@ class SlurmJobRunner:
             nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
             no_progress=None, cost=None, health=None,
             staged=None, end_marker=self.params["end_marker"], collected_files=None, collected_truncated=None,
-            collected_skipped=None, node_states=None, nodes_checked=None,
+            collected_skipped=None, node_states=None, nodes_checked=None, marked_bad_nodes=None,
         )
         # Who owns the job: {"uid", "user", "name"}. The module's user for a job it submitted or
         # found of its own; for one given by id what find() learns from squeue or accounting, never
@@ -1311,6 +1339,7 @@ class SlurmJobRunner:
     def finish(self, msg=None):
         if self.result.get("final"):
             self.collect()
+            self.result["marked_bad_nodes"] = self.mark_failed_nodes()
             self.result["no_progress"] = self.script_stopped()
             self.result["cost"] = self.cost()
             self.result["health"] = self.health()
@@ -1359,6 +1388,22 @@ class SlurmJobRunner:
             for _, _, fd in opened:
                 os.close(fd)
         result.update(collected_files=files, collected_truncated=truncated, collected_skipped=skipped)
+
+    def mark_failed_nodes(self):
+        """The nodes that failed a job Slurm did not requeue (failed_job_nodes), recorded in the
+        user's bad nodes by bad_nodes' own rules (a planted record refused); their records, or None."""
+        hours, root, owner = self.params["internal"]["bad_node_hours"], self.params["run_records"], self.owner or {}
+        nodes = failed_job_nodes(self.result)
+        if not nodes or not hours or hours <= 0 or not root or self.module.check_mode or owner.get("uid") != os.geteuid():
+            return None
+        job_id = self.result.get("job_id")
+        try:
+            marked = bad_nodes.mark_once(root, nodes, "NODE_FAIL", job_id, hours)
+        except (bad_nodes.Refused, ValueError, OSError) as error:
+            self.module.warn(f"job {job_id} ended in a node failure on {', '.join(nodes)}, not recorded as your bad "
+                             f"node(s): {error}")
+            return None
+        return bad_nodes.listed(marked) or None
 
     def cost(self):
         """What the job cost (run_cost.ledger): sacct's attempts joined with the job script's own
