@@ -557,14 +557,15 @@ tasks:
     - For a job array, its tasks by task id, each with C(task) (the task id, or the text of a range
       of tasks still pending together, such as C(2-3)), C(job_id) (the task's own job id; null
       from C(sacct)), C(state), C(reason), C(exit_code), C(exit_signal), C(restarts), C(nodes),
-      C(elapsed_seconds), C(stdout_path), C(final) and C(log_last_line) (the last line of its log,
-      when readable here); null for a job that is not an array.
+      C(elapsed_seconds), C(stdout_path), C(final), C(log_last_line) (the last line of its log,
+      when readable here) and, once final, C(no_progress) (as RV(no_progress), of the task's own
+      C(run.json) in its point's directory C(points/<task>/)); null for a job that is not an array.
   returned: always
   type: list
   elements: dict
   sample: [{task: 0, job_id: 6, state: COMPLETED, reason: null, exit_code: 0, exit_signal: 0, restarts: 0,
             nodes: [node110], elapsed_seconds: 8, stdout_path: /nas/runs/sweep/sweep-5_0.out, final: true,
-            log_last_line: "training step finished with exit code 0"}]
+            log_last_line: "training step finished with exit code 0", no_progress: null}]
 log_task:
   description: For a job array, the task whose state, exit code and log the result shows; null otherwise.
   returned: always
@@ -826,6 +827,24 @@ COST_SACCT_LOOKS = 11
 COST_SACCT_WAIT_SECONDS = 0.5
 # What sacct says of a started attempt whose end slurmdbd has not been told yet.
 UNENDED_SACCT_STATES = ("RUNNING", "COMPLETING")
+
+
+def no_progress_record(run_dir, job_id):
+    """{step, checkpoint_step} of the job script's NO_PROGRESS end record of job ``job_id``
+    (``run_dir``/run.json, the module user's own, not through a link); None for another record,
+    another job's or none."""
+    if not isinstance(job_id, int):
+        return None
+    try:
+        fd = os.open(os.path.join(run_dir, "run.json"), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("state") != "NO_PROGRESS" or record.get("job_id") != job_id:
+        return None
+    steps = {key: record.get(key) for key in ("step", "checkpoint_step")}
+    return {key: value if isinstance(value, int) and not isinstance(value, bool) else None for key, value in steps.items()}
 
 
 def failed_job_nodes(result):
@@ -1472,21 +1491,20 @@ class SlurmJobRunner:
             return parse_health(handle.read(LOG_READ_BLOCK).decode("utf-8", "replace")) or None
 
     def script_stopped(self):
-        """The job script's NO_PROGRESS record of this job (run.json beside its log), or None: a
-        failed attempt that did not advance the checkpoint is not requeued, and says at which step."""
+        """The job script's NO_PROGRESS record of this job (no_progress_record of run.json beside its
+        log), or None: a failed attempt that did not advance the checkpoint is not requeued, and
+        says at which step. Of an array, each task's own goes into its entry (``no_progress``): a
+        sweep's point keeps its run.json in points/<task>/."""
         log, owner = self.result.get("stdout_path"), self.result.get("user")
-        if self.result.get("state") != "FAILED" or not log or owner != self.slurm.user:
+        if not log or owner != self.slurm.user:
             return None
-        try:
-            fd = os.open(os.path.join(os.path.dirname(log), "run.json"), os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, encoding="utf-8") as handle:
-                record = json.load(handle)
-        except (OSError, ValueError):
+        run_dir = os.path.dirname(log)
+        for task in self.result.get("tasks") or []:
+            task["no_progress"] = (no_progress_record(os.path.join(run_dir, "points", str(task["task"])), task.get("job_id"))
+                                   if task.get("state") == "FAILED" and isinstance(task.get("task"), int) else None)
+        if self.result.get("state") != "FAILED":
             return None
-        if not isinstance(record, dict) or record.get("state") != "NO_PROGRESS" or record.get("job_id") != self.result.get("job_id"):
-            return None
-        steps = {key: record.get(key) for key in ("step", "checkpoint_step")}
-        return {key: value if isinstance(value, int) and not isinstance(value, bool) else None for key, value in steps.items()}
+        return no_progress_record(run_dir, self.result.get("job_id"))
 
     def record_run_end(self):
         """Write the final job's run.json beside its log (O(run_records)); a message if that failed."""
