@@ -148,3 +148,46 @@ def test_a_node_killed_mid_training_is_left_out_of_the_requeue_and_of_later_laun
     assert again.returncode == 0, again.stdout[-3000:]
     assert "a bad node of yours" not in again.stdout
     assert killed_node in outputs_of(tmp_path, again_name)[1]["nodes"]
+
+
+def test_a_node_failure_slurm_does_not_requeue_is_recorded_by_the_launchs_follow(three_nodes, bad_nodes_cleared,
+                                                                                 tmp_path):
+    """max_restarts=0 (--no-requeue): the job ends NODE_FAIL with its batch node, whose shell never
+    ran its EXIT trap, and no attempt follows. The launch that sees it end records the down node,
+    and only it."""
+    cluster = three_nodes
+    name = unique_job_name("noreq")
+    run_dir = cluster.nas / "jobs" / "root" / name / "runs" / "1"
+    argv = ["ansible-playbook", "launch.yml", "-i", str(cluster.inventory),
+            "-e", f"slurm_launch_outputs_dir={tmp_path}", *GROUP, "-e", NO_GATE, "-e", f"script={TRAINER}",
+            "-e", "nproc_per_node=1", "-e", f"job_name={name}", "-e", "max_restarts=0",
+            "-e", json.dumps({"script_args": "--steps 200 --step-sleep 0.5"})]
+    launched = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed_node = None
+    try:
+        # Killed once it trains: both nodes' ranks are up, the job is the node's.
+        log = wait_for(lambda: next((path for path in run_dir.glob(f"{name}-*.out")
+                                     if "[rank1]" in path.read_text()), None), 120, "training on both nodes")
+        job_id = int(re.search(r"-(\d+)\.out$", str(log)).group(1))
+        shown = cluster.slurm("scontrol", "show", "job", str(job_id)).stdout
+        killed_node = re.search(r"BatchHost=(\S+)", shown).group(1)
+        nodes = cluster.slurm("scontrol", "show", "hostnames", re.search(r" NodeList=(\S+)", shown).group(1)).stdout.split()
+        assert "slurmd" in kill_node(cluster, killed_node)
+        out, _ = launched.communicate(timeout=300)
+    finally:
+        if launched.poll() is None:
+            launched.kill()
+        if killed_node:
+            restore(cluster, killed_node)
+    assert launched.returncode != 0, out[-4000:]
+    _, job = outputs_of(tmp_path, name)
+    assert (job["state"], job["restarts"]) == ("NODE_FAIL", 0), job
+    assert f"failed nodes: {killed_node} (down" in out, out[-3000:]
+    marks = json.loads(bad_nodes_cleared.read_text())["nodes"]
+    healthy = next(node for node in nodes if node != killed_node)
+    assert list(marks) == [killed_node], f"{healthy}, well, is not marked: {marks}"
+    assert (marks[killed_node]["reason"], marks[killed_node]["job_id"]) == ("NODE_FAIL", job_id)
+    assert marks[killed_node]["until"] - marks[killed_node]["since"] == 24 * 3600
+    assert stat.S_IMODE(bad_nodes_cleared.stat().st_mode) == 0o600
+    log_text = (run_dir / f"{name}-{job_id}.out").read_text()
+    assert "bad node" not in log_text, "the job script recorded nothing: the follow did"
