@@ -1,6 +1,7 @@
 """A node that fails a job is left out of its requeue and of the user's next launches (issue 32,
-item 2), on a 3-node cluster of the test's own (the shared one has 2 nodes and is not broken):
-slurmd and the job's processes killed on one node of a 2-of-3-node group launch mid-training."""
+item 2), on the session's 3-node cluster (conftest's three_nodes; the shared one has 2 nodes and
+is not broken): slurmd and the job's processes killed on one node of a 2-of-3-node group launch
+mid-training, once requeued by Slurm and once not (max_restarts=0)."""
 
 import json
 import os
@@ -60,35 +61,48 @@ def wait_for(probe, timeout, what):
     raise AssertionError(f"gave up waiting for {what}")
 
 
+def launch_and_kill_its_batch_node(cluster, outputs, name, ready, *extra):
+    """A 2-of-3 group launch of the trainer (``extra`` -e values); once ``ready(run_dir)``, its
+    batch node killed as a node dies, then the launch waited for and the node restored. Returns
+    (the launch's returncode, its output, the job's id, the killed node, the job's nodes)."""
+    run_dir = cluster.nas / "jobs" / "root" / name / "runs" / "1"
+    argv = ["ansible-playbook", "launch.yml", "-i", str(cluster.inventory), "-e", f"slurm_launch_outputs_dir={outputs}",
+            *GROUP, "-e", NO_GATE, "-e", f"script={TRAINER}", "-e", "nproc_per_node=1", "-e", f"job_name={name}",
+            *(arg for value in extra for arg in ("-e", value))]
+    launched = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed_node = None
+    try:
+        wait_for(lambda: ready(run_dir), 120, "the job to be ready for its node's failure")
+        job_id = int(re.search(r"-(\d+)\.out$", str(next(run_dir.glob(f"{name}-*.out")))).group(1))
+        shown = cluster.slurm("scontrol", "show", "job", str(job_id)).stdout
+        killed_node = re.search(r"BatchHost=(\S+)", shown).group(1)
+        nodes = cluster.slurm("scontrol", "show", "hostnames", re.search(r" NodeList=(\S+)", shown).group(1)).stdout.split()
+        assert "slurmd" in kill_node(cluster, killed_node)
+        out, _ = launched.communicate(timeout=300)
+    finally:
+        if launched.poll() is None:
+            launched.kill()
+        if killed_node:
+            restore(cluster, killed_node)
+    return launched.returncode, out, job_id, killed_node, nodes
+
+
 def test_a_node_killed_mid_training_is_left_out_of_the_requeue_and_of_later_launches(three_nodes, bad_nodes_cleared,
                                                                                       tmp_path):
     cluster = three_nodes
     name = unique_job_name("badnode")
-    run_dir = cluster.nas / "jobs" / "root" / name / "runs" / "1"
     record = bad_nodes_cleared
-    argv = ["ansible-playbook", "launch.yml", "-i", str(cluster.inventory),
-            "-e", f"slurm_launch_outputs_dir={tmp_path}", *GROUP, "-e", NO_GATE, "-e", f"script={TRAINER}",
-            "-e", "nproc_per_node=1", "-e", f"job_name={name}", "-e", "max_restarts=2",
-            "-e", json.dumps({"script_args": "--steps 30 --step-sleep 0.5 --checkpoint-every 2"})]
     started = time.time()
-    first = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    killed_node = None
-    try:
+
+    def checkpointed(run_dir):
         # Killed once the training has saved a checkpoint: the requeued attempt has progress to resume.
         checkpoint = run_dir / "checkpoints" / "checkpoint.json"
-        wait_for(lambda: checkpoint.exists() and json.loads(checkpoint.read_text() or "{}").get("step", 0) >= 4,
-                 120, "a checkpoint")
-        job_id = int(re.search(r"-(\d+)\.out$", str(next(run_dir.glob(f"{name}-*.out")))).group(1))
-        shown = cluster.slurm("scontrol", "show", "job", str(job_id)).stdout
-        killed_node = re.search(r"BatchHost=(\S+)", shown).group(1)
-        assert "slurmd" in kill_node(cluster, killed_node)
-        out, _ = first.communicate(timeout=300)
-    finally:
-        if first.poll() is None:
-            first.kill()
-        if killed_node:
-            restore(cluster, killed_node)
-    assert first.returncode == 0, out[-4000:]
+        return checkpoint.exists() and json.loads(checkpoint.read_text() or "{}").get("step", 0) >= 4
+
+    returncode, out, job_id, killed_node, _ = launch_and_kill_its_batch_node(
+        cluster, tmp_path, name, checkpointed, "max_restarts=2",
+        json.dumps({"script_args": "--steps 30 --step-sleep 0.5 --checkpoint-every 2"}))
+    assert returncode == 0, out[-4000:]
     folder, job = outputs_of(tmp_path, name)
     # NODE_FAIL, requeued without that node, COMPLETED on the other two.
     assert (job["state"], job["restarts"]) == ("COMPLETED", 1), job
@@ -157,29 +171,14 @@ def test_a_node_failure_slurm_does_not_requeue_is_recorded_by_the_launchs_follow
     and only it."""
     cluster = three_nodes
     name = unique_job_name("noreq")
-    run_dir = cluster.nas / "jobs" / "root" / name / "runs" / "1"
-    argv = ["ansible-playbook", "launch.yml", "-i", str(cluster.inventory),
-            "-e", f"slurm_launch_outputs_dir={tmp_path}", *GROUP, "-e", NO_GATE, "-e", f"script={TRAINER}",
-            "-e", "nproc_per_node=1", "-e", f"job_name={name}", "-e", "max_restarts=0",
-            "-e", json.dumps({"script_args": "--steps 200 --step-sleep 0.5"})]
-    launched = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    killed_node = None
-    try:
-        # Killed once it trains: both nodes' ranks are up, the job is the node's.
-        log = wait_for(lambda: next((path for path in run_dir.glob(f"{name}-*.out")
-                                     if "[rank1]" in path.read_text()), None), 120, "training on both nodes")
-        job_id = int(re.search(r"-(\d+)\.out$", str(log)).group(1))
-        shown = cluster.slurm("scontrol", "show", "job", str(job_id)).stdout
-        killed_node = re.search(r"BatchHost=(\S+)", shown).group(1)
-        nodes = cluster.slurm("scontrol", "show", "hostnames", re.search(r" NodeList=(\S+)", shown).group(1)).stdout.split()
-        assert "slurmd" in kill_node(cluster, killed_node)
-        out, _ = launched.communicate(timeout=300)
-    finally:
-        if launched.poll() is None:
-            launched.kill()
-        if killed_node:
-            restore(cluster, killed_node)
-    assert launched.returncode != 0, out[-4000:]
+
+    def training(run_dir):
+        # Killed once it trains: both nodes' ranks are up.
+        return any("[rank1]" in log.read_text() for log in run_dir.glob(f"{name}-*.out"))
+
+    returncode, out, job_id, killed_node, nodes = launch_and_kill_its_batch_node(
+        cluster, tmp_path, name, training, "max_restarts=0", json.dumps({"script_args": "--steps 200 --step-sleep 0.5"}))
+    assert returncode != 0, out[-4000:]
     _, job = outputs_of(tmp_path, name)
     assert (job["state"], job["restarts"]) == ("NODE_FAIL", 0), job
     assert f"failed nodes: {killed_node} (down" in out, out[-3000:]
@@ -189,5 +188,5 @@ def test_a_node_failure_slurm_does_not_requeue_is_recorded_by_the_launchs_follow
     assert (marks[killed_node]["reason"], marks[killed_node]["job_id"]) == ("NODE_FAIL", job_id)
     assert marks[killed_node]["until"] - marks[killed_node]["since"] == 24 * 3600
     assert stat.S_IMODE(bad_nodes_cleared.stat().st_mode) == 0o600
-    log_text = (run_dir / f"{name}-{job_id}.out").read_text()
+    log_text = (cluster.nas / "jobs" / "root" / name / "runs" / "1" / f"{name}-{job_id}.out").read_text()
     assert "bad node" not in log_text, "the job script recorded nothing: the follow did"
