@@ -318,6 +318,19 @@ node_states:
   returned: always (null unless the job ended in a node failure)
   type: dict
   sample: {"node111": {"state": "down", "markers": "*", "partitions": ["gpu"], "cpus": 64, "gpus": 8}}
+marked_bad_nodes:
+  description:
+    - After a node failure that Slurm did not requeue (the job final in it), the job's nodes that
+      C(sinfo) then shows down, drained, failing or not responding, recorded in the user's
+      C(<run_records>/<user>/nodes.json) with reason C(NODE_FAIL) (C(node), C(reason), C(since),
+      C(until), C(job_id), C(line)). The job script, killed with its node, cannot record them.
+    - Only for the module user's own job, with the launch's C(bad_node_hours); a record that
+      cannot be written is a warning, and the job's result stands.
+  returned: always (null unless nodes were recorded)
+  type: list
+  elements: dict
+  sample: [{node: node111, reason: NODE_FAIL, since: 1796623800, until: 1796710200, job_id: 12,
+            line: "node111: NODE_FAIL in job 12 at 2026-12-07 05:50 UTC, kept out until 2026-12-08 05:50 UTC"}]
 job_id:
   description: The Slurm job id; null when nothing was submitted (check mode).
   returned: always
@@ -544,14 +557,15 @@ tasks:
     - For a job array, its tasks by task id, each with C(task) (the task id, or the text of a range
       of tasks still pending together, such as C(2-3)), C(job_id) (the task's own job id; null
       from C(sacct)), C(state), C(reason), C(exit_code), C(exit_signal), C(restarts), C(nodes),
-      C(elapsed_seconds), C(stdout_path), C(final) and C(log_last_line) (the last line of its log,
-      when readable here); null for a job that is not an array.
+      C(elapsed_seconds), C(stdout_path), C(final), C(log_last_line) (the last line of its log,
+      when readable here) and, once final, C(no_progress) (as RV(no_progress), of the task's own
+      C(run.json) in its point's directory C(points/<task>/)); null for a job that is not an array.
   returned: always
   type: list
   elements: dict
   sample: [{task: 0, job_id: 6, state: COMPLETED, reason: null, exit_code: 0, exit_signal: 0, restarts: 0,
             nodes: [node110], elapsed_seconds: 8, stdout_path: /nas/runs/sweep/sweep-5_0.out, final: true,
-            log_last_line: "training step finished with exit code 0"}]
+            log_last_line: "training step finished with exit code 0", no_progress: null}]
 log_task:
   description: For a job array, the task whose state, exit code and log the result shows; null otherwise.
   returned: always
@@ -681,6 +695,7 @@ from ansible_collections.hpc.slurm_train.plugins.module_utils.slurm import (
     retry_command,
     sacct_query,
     sinfo_nodes,
+    unusable_nodes,
     validate_job_name,
     validate_node_name,
 )
@@ -708,6 +723,10 @@ INTERNAL_SPEC = {
         "bad_nodes_root": {"type": "path", "default": ""},
         "force_bad_nodes": {"type": "bool", "default": False},
     }},
+    # After a node failure Slurm did not requeue, the job's nodes it has down are recorded bad for
+    # this many hours (0: none) in <run_records>/<user>/nodes.json: the job script's own record
+    # needs a next attempt, and a job not requeued has none.
+    "bad_node_hours": {"type": "float", "default": 0},
     # A follow in slices: return at the next change of state (or at timeout) with `progress`, from
     # which the next slice carries on without asking Slurm again at once; a slice also ends once the
     # log grew and progress_log_every seconds passed, with at most progress_log_lines new lines.
@@ -808,6 +827,34 @@ COST_SACCT_LOOKS = 11
 COST_SACCT_WAIT_SECONDS = 0.5
 # What sacct says of a started attempt whose end slurmdbd has not been told yet.
 UNENDED_SACCT_STATES = ("RUNNING", "COMPLETING")
+
+
+def no_progress_record(run_dir, job_id):
+    """{step, checkpoint_step} of the job script's NO_PROGRESS end record of job ``job_id``
+    (``run_dir``/run.json, the module user's own, not through a link); None for another record,
+    another job's or none."""
+    if not isinstance(job_id, int):
+        return None
+    try:
+        fd = os.open(os.path.join(run_dir, "run.json"), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("state") != "NO_PROGRESS" or record.get("job_id") != job_id:
+        return None
+    steps = {key: record.get(key) for key in ("step", "checkpoint_step")}
+    return {key: value if isinstance(value, int) and not isinstance(value, bool) else None for key, value in steps.items()}
+
+
+def failed_job_nodes(result):
+    """The nodes to record bad of a job final in a node failure (Slurm did not requeue it, so no
+    attempt of its script will): of its nodes as sinfo showed them then (collect's node_states),
+    those Slurm gives no job now (slurm.unusable_nodes: down, drained, failing, not responding).
+    The job's nodes that are well stay out of it; any other end names none."""
+    if not result.get("final") or result.get("outcome") != "node_failure":
+        return []
+    return sorted(unusable_nodes(result.get("node_states") or {}))
 
 
 def complete_last_attempts(attempts, ended):
@@ -1290,7 +1337,7 @@ class SlurmJobRunner:
             nodes=[], log_tail=[], controller_outage_seconds=0, progress=None, user=None, jobs=None, run_record=None,
             no_progress=None, cost=None, health=None,
             staged=None, end_marker=self.params["end_marker"], collected_files=None, collected_truncated=None,
-            collected_skipped=None, node_states=None, nodes_checked=None,
+            collected_skipped=None, node_states=None, nodes_checked=None, marked_bad_nodes=None,
         )
         # Who owns the job: {"uid", "user", "name"}. The module's user for a job it submitted or
         # found of its own; for one given by id what find() learns from squeue or accounting, never
@@ -1311,6 +1358,7 @@ class SlurmJobRunner:
     def finish(self, msg=None):
         if self.result.get("final"):
             self.collect()
+            self.result["marked_bad_nodes"] = self.mark_failed_nodes()
             self.result["no_progress"] = self.script_stopped()
             self.result["cost"] = self.cost()
             self.result["health"] = self.health()
@@ -1359,6 +1407,22 @@ class SlurmJobRunner:
             for _, _, fd in opened:
                 os.close(fd)
         result.update(collected_files=files, collected_truncated=truncated, collected_skipped=skipped)
+
+    def mark_failed_nodes(self):
+        """The nodes that failed a job Slurm did not requeue (failed_job_nodes), recorded in the
+        user's bad nodes by bad_nodes' own rules (a planted record refused); their records, or None."""
+        hours, root, owner = self.params["internal"]["bad_node_hours"], self.params["run_records"], self.owner or {}
+        nodes = failed_job_nodes(self.result)
+        if not nodes or not hours or hours <= 0 or not root or self.module.check_mode or owner.get("uid") != os.geteuid():
+            return None
+        job_id = self.result.get("job_id")
+        try:
+            marked = bad_nodes.mark_once(root, nodes, "NODE_FAIL", job_id, hours)
+        except (bad_nodes.Refused, ValueError, OSError) as error:
+            self.module.warn(f"job {job_id} ended in a node failure on {', '.join(nodes)}, not recorded as your bad "
+                             f"node(s): {error}")
+            return None
+        return bad_nodes.listed(marked) or None
 
     def cost(self):
         """What the job cost (run_cost.ledger): sacct's attempts joined with the job script's own
@@ -1427,21 +1491,20 @@ class SlurmJobRunner:
             return parse_health(handle.read(LOG_READ_BLOCK).decode("utf-8", "replace")) or None
 
     def script_stopped(self):
-        """The job script's NO_PROGRESS record of this job (run.json beside its log), or None: a
-        failed attempt that did not advance the checkpoint is not requeued, and says at which step."""
+        """The job script's NO_PROGRESS record of this job (no_progress_record of run.json beside its
+        log), or None: a failed attempt that did not advance the checkpoint is not requeued, and
+        says at which step. Of an array, each task's own goes into its entry (``no_progress``): a
+        sweep's point keeps its run.json in points/<task>/."""
         log, owner = self.result.get("stdout_path"), self.result.get("user")
-        if self.result.get("state") != "FAILED" or not log or owner != self.slurm.user:
+        if not log or owner != self.slurm.user:
             return None
-        try:
-            fd = os.open(os.path.join(os.path.dirname(log), "run.json"), os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, encoding="utf-8") as handle:
-                record = json.load(handle)
-        except (OSError, ValueError):
+        run_dir = os.path.dirname(log)
+        for task in self.result.get("tasks") or []:
+            task["no_progress"] = (no_progress_record(os.path.join(run_dir, "points", str(task["task"])), task.get("job_id"))
+                                   if task.get("state") == "FAILED" and isinstance(task.get("task"), int) else None)
+        if self.result.get("state") != "FAILED":
             return None
-        if not isinstance(record, dict) or record.get("state") != "NO_PROGRESS" or record.get("job_id") != self.result.get("job_id"):
-            return None
-        steps = {key: record.get(key) for key in ("step", "checkpoint_step")}
-        return {key: value if isinstance(value, int) and not isinstance(value, bool) else None for key, value in steps.items()}
+        return no_progress_record(run_dir, self.result.get("job_id"))
 
     def record_run_end(self):
         """Write the final job's run.json beside its log (O(run_records)); a message if that failed."""

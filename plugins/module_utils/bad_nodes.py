@@ -250,6 +250,22 @@ def update(jobs_root, change, now=None, uid=None, dry=False):
         os.close(dir_fd)
 
 
+def mark_once(jobs_root, nodes, reason, job_id, hours, now=None, uid=None):
+    """``nodes`` marked bad for ``reason`` by ``job_id`` in the user's record, but for those this
+    job marked already: whoever reports the end of a job again (a second follow of it) does not
+    push their expiry. Returns the records of ``nodes`` after (Refused, ValueError as update and add)."""
+    now = time.time() if now is None else now
+
+    def change(records):
+        for node in nodes:
+            if (records.get(node) or {}).get("job_id") != job_id:
+                records = add(records, node, reason, job_id, hours, now)
+        return records
+
+    _, after = update(jobs_root, change, now=now, uid=uid)
+    return {node: after[node] for node in nodes if node in after}
+
+
 def main(argv):
     """The job side: ``mark JOBS_ROOT NODE REASON HOURS JOB_ID``; prints the node's line."""
     if len(argv) != 6 or argv[0] != "mark":

@@ -150,7 +150,8 @@ def report(job, staged, points, outputs):
     staged = staged or {}
     tasks = job.get("tasks") or []
     # The points of the sweep this launch rendered; a sweep followed by job id shows task ids only.
-    sweep = _launch_request.sweep_report(tasks, points) if tasks else {"rows": [], "lines": [], "failed": []}
+    sweep = (_launch_request.sweep_report(tasks, points, stopped_words) if tasks
+             else {"rows": [], "lines": [], "failed": []})
     failed = failed_nodes(job)
     code = staged.get("code")
     run_words = run_line(staged, job)
@@ -193,6 +194,8 @@ def report(job, staged, points, outputs):
         rows.extend(("", line) for line in why[1:])
     if job.get("no_progress"):
         rows.append(("stopped", no_progress_line(job)))
+    rows.extend(("stopped", f"point {row['task']} ({row['args']}): {stopped_words(task)}")
+                for row, task in zip(sweep["rows"], tasks) if row["no_progress"])
     rows.extend(("hung", hang_line(hang)) for hang in hangs)
     for line in health_lines(job):
         rows.append(("health", line))
@@ -219,13 +222,18 @@ def report_line(job, staged, check_mode):
             f"Follow it with: ansible-playbook launch.yml -e job_id={job.get('job_id')}")
 
 
-def no_progress_line(job):
-    """'NO_PROGRESS: failed at step 5 again, ...' of a job its script stopped (the module's no_progress)."""
+def stopped_words(job):
+    """'NO_PROGRESS: failed at step 5 without advancing its checkpoint from step 4: not requeued again
+    (restart 1)' of a job, or a sweep's point, its script stopped (the module's no_progress)."""
     stopped = job["no_progress"]
     at = f" at step {stopped['step']}" if stopped.get("step") is not None else ""
     return (f"NO_PROGRESS: failed{at} without advancing its checkpoint from step {stopped.get('checkpoint_step')}: "
-            f"not requeued again (restart {job.get('restarts')}); a launch of the same request does not resume it "
-            "unless given resume=<run id>")
+            f"not requeued again (restart {job.get('restarts')})")
+
+
+def no_progress_line(job):
+    """stopped_words of a job, and what the next launch of its request does with its run."""
+    return f"{stopped_words(job)}; a launch of the same request does not resume it unless given resume=<run id>"
 
 
 def health_lines(job):

@@ -650,19 +650,23 @@ def point_words(point):
     return " ".join(f"{key}={value}" for key, value in point) if point else "-"
 
 
-def sweep_report(tasks, points):
+def sweep_report(tasks, points, stopped_words=None):
     """One row per point of a finished array (the slurm_job module's tasks): its arguments, state,
-    exit code, elapsed seconds, last log line; and the points that did not complete, in words."""
+    exit code, elapsed seconds, last log line, the job script's NO_PROGRESS record of it; and the
+    points that did not complete, in words, a point stopped NO_PROGRESS with
+    ``stopped_words(task)`` (the outputs' words for a job stopped so)."""
     rows, failed = [], []
     for task in tasks or []:
         index = task.get("task")
         point = points[index] if isinstance(index, int) and 0 <= index < len(points) else None
         row = {"task": index, "args": point_words(point), "state": task.get("state"),
                "exit_code": task.get("exit_code"), "elapsed_seconds": task.get("elapsed_seconds"),
-               "last_line": task.get("log_last_line") or "", "log": task.get("stdout_path")}
+               "last_line": task.get("log_last_line") or "", "log": task.get("stdout_path"),
+               "no_progress": task.get("no_progress")}
         rows.append(row)
         if row["state"] != "COMPLETED":
-            failed.append(f"point {index} ({row['args']}) ended {row['state']}, exit code {row['exit_code']}")
+            stopped = f"; {stopped_words(task)}" if row["no_progress"] and stopped_words else ""
+            failed.append(f"point {index} ({row['args']}) ended {row['state']}, exit code {row['exit_code']}{stopped}")
     columns = ("task", "args", "state", "exit_code", "elapsed_seconds", "last_line")
     header = ("task", "arguments", "state", "exit", "elapsed", "last log line")
     cells = [header] + [tuple("-" if row[key] is None else str(row[key]) for key in columns) for row in rows]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,6 +101,65 @@ def nas_without_provisioning(state, venv):
                    check=True)
     site = next((Path(venv) / "lib").glob("python3*/site-packages"))
     (site / "local-cluster-channel.pth").write_text(f"{Path(state) / 'channel' / 'site-packages'}\n")
+
+
+# The 3-node cluster of the tests that need a spare node beside a 2-node job (conftest's
+# three_nodes): one node group, cpu_bad, one partition of the same name.
+THREE_NODES_GROUP = "cpu_bad"
+THREE_NODES_HOSTS = """\
+    all:
+      children:
+        submit:
+          hosts:
+            localhost:
+              ansible_connection: local
+              ansible_python_interpreter: "{{ ansible_playbook_python }}"
+        compute:
+          children:
+            cpu_bad:
+              hosts:
+                bad-n1: {ansible_host: 10.87.0.11}
+                bad-n2: {ansible_host: 10.87.0.12}
+                bad-n3: {ansible_host: 10.87.0.13}
+              vars: {cluster_node_cpus: 2}
+    """
+# Where a test's own cluster keeps its state: not under /tmp, which the cluster's hosts do not see.
+OWN_CLUSTERS = Path("/var/lib/ansible-slurm-train/tests")
+
+
+@contextmanager
+def own_cluster(base, name, hosts_yaml, network, ports, accounting=False):
+    """A cluster of a test's own beside the shared one, brought up from ``hosts_yaml`` and taken
+    down on leaving: ``network`` its subnet and ``ports`` its (slurmctld, slurmdbd, mariadb) ports,
+    both apart from every other cluster's; ``base`` a fresh directory of the test's for its
+    inventory. Not provisioned: a jobs directory and a virtualenv on its NAS, no NCCL env files
+    and no CUDA toolkit, so the jobs source and check none (a launch would refuse the missing env
+    file; the GPU check, the missing toolkit)."""
+    state = OWN_CLUSTERS / f"{name}-{Path(base).name}"
+    venv = state / "nas" / "venv"
+    slurmctld, slurmdbd, mariadb = ports
+    inventory = write_inventory(Path(base) / "inv", hosts_yaml, {
+        "cluster_name": name, "local_cluster_state_dir": str(state), "cluster_nas_root": str(state / "nas"),
+        "local_cluster_network": network, "local_cluster_slurmctld_port": slurmctld,
+        "local_cluster_slurmdbd_port": slurmdbd, "local_cluster_mariadb_port": mariadb,
+        "cluster_slurm_conf": str(state / "etc" / "slurm.conf"), "cluster_venv": str(venv),
+        "slurm_launch_nccl_env_dir": "", "slurm_launch_cuda_home": ""})
+    local_cluster("up", "-i", str(inventory), *(["--accounting"] if accounting else []))
+    try:
+        nas_without_provisioning(state, venv)
+        yield Cluster(inventory)
+    finally:
+        local_cluster("down", "-i", str(inventory))
+
+
+def nodes_slurm_would_pick(cluster, partition, count):
+    """The ``count`` nodes Slurm would give a job of ``partition`` now, left to itself, in its order
+    (the first is the batch host)."""
+    answer = cluster.slurm("sbatch", "--test-only", f"-N{count}", "-p", partition, "--wrap", "true",
+                           check=False).stderr
+    hostlist = re.search(r" on nodes (\S+) in partition", answer)
+    assert hostlist, answer
+    return cluster.slurm("scontrol", "show", "hostnames", hostlist.group(1)).stdout.split()
 
 
 def play_recap(stdout):

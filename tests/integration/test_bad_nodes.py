@@ -1,6 +1,7 @@
 """A node that fails a job is left out of its requeue and of the user's next launches (issue 32,
-item 2), on a 3-node cluster of the test's own (the shared one has 2 nodes and is not broken):
-slurmd and the job's processes killed on one node of a 2-of-3-node group launch mid-training."""
+item 2), on the session's 3-node cluster (conftest's three_nodes; the shared one has 2 nodes and
+is not broken): slurmd and the job's processes killed on one node of a 2-of-3-node group launch
+mid-training, once requeued by Slurm and once not (max_restarts=0)."""
 
 import json
 import os
@@ -11,53 +12,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
-from cluster import REPO, Cluster, local_cluster, nas_without_provisioning, status, write_inventory
+from cluster import REPO, THREE_NODES_GROUP, local_cluster, nodes_slurm_would_pick, status
 from launch import TRAINER, launch, next_job_id, outputs_of, unique_job_name
 
-HOSTS = """\
-    all:
-      children:
-        submit:
-          hosts:
-            localhost:
-              ansible_connection: local
-              ansible_python_interpreter: "{{ ansible_playbook_python }}"
-        compute:
-          children:
-            cpu_bad:
-              hosts:
-                bad-n1: {ansible_host: 10.87.0.11}
-                bad-n2: {ansible_host: 10.87.0.12}
-                bad-n3: {ansible_host: 10.87.0.13}
-              vars: {cluster_node_cpus: 2}
-    """
-GROUP = ["-e", "group=cpu_bad", "-e", "num_nodes=2"]
+GROUP = ["-e", f"group={THREE_NODES_GROUP}", "-e", "num_nodes=2"]
 # The health gate has its own test: here its timings, on a host this loaded, could name a node
 # slow beside the one the test kills.
 NO_GATE = "health_gate=false"
-
-
-@pytest.fixture(scope="module")
-def three_nodes(tmp_path_factory):
-    base = tmp_path_factory.mktemp("bad")
-    # Not under /tmp, which the cluster's hosts do not see.
-    state = Path("/var/lib/ansible-slurm-train/tests") / f"bad-{base.name}"
-    venv = state / "nas" / "venv"
-    inventory = write_inventory(base / "inv", HOSTS, {
-        "cluster_name": "badn", "local_cluster_state_dir": str(state), "cluster_nas_root": str(state / "nas"),
-        "local_cluster_network": "10.87.0.0/24", "local_cluster_slurmctld_port": 46917,
-        "local_cluster_slurmdbd_port": 46919, "local_cluster_mariadb_port": 43406,
-        "cluster_slurm_conf": str(state / "etc" / "slurm.conf"), "cluster_venv": str(venv),
-        # Not provisioned: no NCCL env files and no CUDA toolkit (CPU nodes), so the jobs source none.
-        "slurm_launch_nccl_env_dir": "", "slurm_launch_cuda_home": ""})
-    local_cluster("up", "-i", str(inventory))
-    try:
-        nas_without_provisioning(state, venv)
-        yield Cluster(inventory)
-    finally:
-        local_cluster("down", "-i", str(inventory))
 
 
 def kill_node(cluster, node):
@@ -90,14 +51,6 @@ def restore(cluster, node):
     raise AssertionError(f"{node} did not come back: {cluster.slurm('sinfo', '-N').stdout}")
 
 
-def nodes_slurm_would_pick(cluster):
-    """The two nodes Slurm would give a 2-node job of the group now, left to itself."""
-    answer = cluster.slurm("sbatch", "--test-only", "-N2", "-p", "cpu_bad", "--wrap", "true", check=False).stderr
-    hostlist = re.search(r" on nodes (\S+) in partition", answer)
-    assert hostlist, answer
-    return cluster.slurm("scontrol", "show", "hostnames", hostlist.group(1)).stdout.split()
-
-
 def wait_for(probe, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -108,34 +61,48 @@ def wait_for(probe, timeout, what):
     raise AssertionError(f"gave up waiting for {what}")
 
 
-def test_a_node_killed_mid_training_is_left_out_of_the_requeue_and_of_later_launches(three_nodes, tmp_path):
-    cluster = three_nodes
-    name = unique_job_name("badnode")
+def launch_and_kill_its_batch_node(cluster, outputs, name, ready, *extra):
+    """A 2-of-3 group launch of the trainer (``extra`` -e values); once ``ready(run_dir)``, its
+    batch node killed as a node dies, then the launch waited for and the node restored. Returns
+    (the launch's returncode, its output, the job's id, the killed node, the job's nodes)."""
     run_dir = cluster.nas / "jobs" / "root" / name / "runs" / "1"
-    record = cluster.nas / "jobs" / "root" / "nodes.json"
-    argv = ["ansible-playbook", "launch.yml", "-i", str(cluster.inventory),
-            "-e", f"slurm_launch_outputs_dir={tmp_path}", *GROUP, "-e", NO_GATE, "-e", f"script={TRAINER}",
-            "-e", "nproc_per_node=1", "-e", f"job_name={name}", "-e", "max_restarts=2",
-            "-e", json.dumps({"script_args": "--steps 30 --step-sleep 0.5 --checkpoint-every 2"})]
-    started = time.time()
-    first = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    argv = ["ansible-playbook", "launch.yml", "-i", str(cluster.inventory), "-e", f"slurm_launch_outputs_dir={outputs}",
+            *GROUP, "-e", NO_GATE, "-e", f"script={TRAINER}", "-e", "nproc_per_node=1", "-e", f"job_name={name}",
+            *(arg for value in extra for arg in ("-e", value))]
+    launched = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killed_node = None
     try:
-        # Killed once the training has saved a checkpoint: the requeued attempt has progress to resume.
-        checkpoint = run_dir / "checkpoints" / "checkpoint.json"
-        wait_for(lambda: checkpoint.exists() and json.loads(checkpoint.read_text() or "{}").get("step", 0) >= 4,
-                 120, "a checkpoint")
+        wait_for(lambda: ready(run_dir), 120, "the job to be ready for its node's failure")
         job_id = int(re.search(r"-(\d+)\.out$", str(next(run_dir.glob(f"{name}-*.out")))).group(1))
         shown = cluster.slurm("scontrol", "show", "job", str(job_id)).stdout
         killed_node = re.search(r"BatchHost=(\S+)", shown).group(1)
+        nodes = cluster.slurm("scontrol", "show", "hostnames", re.search(r" NodeList=(\S+)", shown).group(1)).stdout.split()
         assert "slurmd" in kill_node(cluster, killed_node)
-        out, _ = first.communicate(timeout=300)
+        out, _ = launched.communicate(timeout=300)
     finally:
-        if first.poll() is None:
-            first.kill()
+        if launched.poll() is None:
+            launched.kill()
         if killed_node:
             restore(cluster, killed_node)
-    assert first.returncode == 0, out[-4000:]
+    return launched.returncode, out, job_id, killed_node, nodes
+
+
+def test_a_node_killed_mid_training_is_left_out_of_the_requeue_and_of_later_launches(three_nodes, bad_nodes_cleared,
+                                                                                      tmp_path):
+    cluster = three_nodes
+    name = unique_job_name("badnode")
+    record = bad_nodes_cleared
+    started = time.time()
+
+    def checkpointed(run_dir):
+        # Killed once the training has saved a checkpoint: the requeued attempt has progress to resume.
+        checkpoint = run_dir / "checkpoints" / "checkpoint.json"
+        return checkpoint.exists() and json.loads(checkpoint.read_text() or "{}").get("step", 0) >= 4
+
+    returncode, out, job_id, killed_node, _ = launch_and_kill_its_batch_node(
+        cluster, tmp_path, name, checkpointed, "max_restarts=2",
+        json.dumps({"script_args": "--steps 30 --step-sleep 0.5 --checkpoint-every 2"}))
+    assert returncode == 0, out[-4000:]
     folder, job = outputs_of(tmp_path, name)
     # NODE_FAIL, requeued without that node, COMPLETED on the other two.
     assert (job["state"], job["restarts"]) == ("COMPLETED", 1), job
@@ -151,7 +118,7 @@ def test_a_node_killed_mid_training_is_left_out_of_the_requeue_and_of_later_laun
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
 
     # Back in Slurm and first in line, the node is still left out of the user's next group launch.
-    assert killed_node in nodes_slurm_would_pick(cluster), "a launch left to Slurm would take the bad node"
+    assert killed_node in nodes_slurm_would_pick(cluster, THREE_NODES_GROUP, 2), "a launch left to Slurm would take the bad node"
     second_name = unique_job_name("avoid")
     second = launch(tmp_path, *GROUP[1::2], f"script={TRAINER}", "nproc_per_node=1", NO_GATE,
                     f"job_name={second_name}", json.dumps({"script_args": "--steps 2"}), inventory=cluster.inventory)
@@ -195,3 +162,31 @@ def test_a_node_killed_mid_training_is_left_out_of_the_requeue_and_of_later_laun
     assert again.returncode == 0, again.stdout[-3000:]
     assert "a bad node of yours" not in again.stdout
     assert killed_node in outputs_of(tmp_path, again_name)[1]["nodes"]
+
+
+def test_a_node_failure_slurm_does_not_requeue_is_recorded_by_the_launchs_follow(three_nodes, bad_nodes_cleared,
+                                                                                 tmp_path):
+    """max_restarts=0 (--no-requeue): the job ends NODE_FAIL with its batch node, whose shell never
+    ran its EXIT trap, and no attempt follows. The launch that sees it end records the down node,
+    and only it."""
+    cluster = three_nodes
+    name = unique_job_name("noreq")
+
+    def training(run_dir):
+        # Killed once it trains: both nodes' ranks are up.
+        return any("[rank1]" in log.read_text() for log in run_dir.glob(f"{name}-*.out"))
+
+    returncode, out, job_id, killed_node, nodes = launch_and_kill_its_batch_node(
+        cluster, tmp_path, name, training, "max_restarts=0", json.dumps({"script_args": "--steps 200 --step-sleep 0.5"}))
+    assert returncode != 0, out[-4000:]
+    _, job = outputs_of(tmp_path, name)
+    assert (job["state"], job["restarts"]) == ("NODE_FAIL", 0), job
+    assert f"failed nodes: {killed_node} (down" in out, out[-3000:]
+    marks = json.loads(bad_nodes_cleared.read_text())["nodes"]
+    healthy = next(node for node in nodes if node != killed_node)
+    assert list(marks) == [killed_node], f"{healthy}, well, is not marked: {marks}"
+    assert (marks[killed_node]["reason"], marks[killed_node]["job_id"]) == ("NODE_FAIL", job_id)
+    assert marks[killed_node]["until"] - marks[killed_node]["since"] == 24 * 3600
+    assert stat.S_IMODE(bad_nodes_cleared.stat().st_mode) == 0o600
+    log_text = (cluster.nas / "jobs" / "root" / name / "runs" / "1" / f"{name}-{job_id}.out").read_text()
+    assert "bad node" not in log_text, "the job script recorded nothing: the follow did"

@@ -8,8 +8,9 @@ machine is), so that every process of a job on node111 (its slurmstepd and the g
 forked by slurmd) inherits the quota. A launch pinned to node110,node111 then fails before
 training, the gate naming node111 with its time against node110's, in the log, summary.txt and
 job.json; so does a launch of two nodes of the node group, the gate having asked Slurm for a spare
-node to requeue onto and found none. (The requeue itself needs a spare, which this two-node
-cluster has not: tests/unit/test_health_check.py and test_job_template.py hold it.)"""
+node to requeue onto and found none. On the 3-node cluster of conftest's three_nodes, which has
+the spare, a 2-node group launch whose slowed node Slurm picked is requeued without it and
+completes on the other two."""
 
 import json
 import re
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import REPO
+from cluster import REPO, THREE_NODES_GROUP, nodes_slurm_would_pick
 from launch import TRAINER, launch, outputs_of, unique_job_name
 
 if str(REPO) not in sys.path:
@@ -149,3 +150,54 @@ def test_a_gate_of_well_nodes_passes_says_its_cost_and_the_job_trains(cluster, t
     assert re.search(r"^health +restart 0: passed in [0-9.]+ s", (folder / "summary.txt").read_text(), re.M)
     times = sorted(found["seconds"] for found in gate["nodes"].values())
     print(f"the gate of two well nodes took {gate['seconds']} s, their matmuls {times} s ({times[1] / times[0]:.2f}x)")
+
+
+def test_a_slowed_node_slurm_picked_is_left_out_and_the_job_runs_on_the_other_two(three_nodes, bad_nodes_cleared,
+                                                                                  tmp_path):
+    cluster = three_nodes
+    picked = nodes_slurm_would_pick(cluster, THREE_NODES_GROUP, 2)
+    # Of the two nodes Slurm would give the job, the one that is not the batch host: the job script
+    # (and the gate's judge in it) keeps its speed, only the node's share of the gate is slowed.
+    slowed, batch_host = picked[1], picked[0]
+    others = sorted(set(cluster.nodes) - {slowed})
+    name = unique_job_name("slowspare")
+    slow = slurmd_pid(cluster, slowed)
+    # A tenth of a CPU: slow enough to stand out from two nodes sharing this loaded host's two
+    # cores, fast enough that the slowed node's import of torch costs seconds, not half a minute.
+    with cpu_quota(slow, 0.1):
+        proc = launch(tmp_path, f"group={THREE_NODES_GROUP}", "num_nodes=2", f"script={TRAINER}", "nproc_per_node=1",
+                      f"job_name={name}", "max_restarts=1", json.dumps({"script_args": "--steps 2 --log-every 1"}),
+                      inventory=cluster.inventory)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    folder, job = outputs_of(tmp_path, name)
+    # Requeued once, COMPLETED on the two others.
+    assert (job["state"], job["restarts"]) == ("COMPLETED", 1), job
+    assert sorted(job["nodes"]) == others and slowed not in job["nodes"], job
+    first, second = job["health"]
+    assert (first["action"], first["restart"], set(first["nodes"])) == ("requeue", 0, set(picked)), first
+    (named,) = first["named"]
+    assert (named["node"], named["reason"]) == (slowed, "HEALTH"), first
+    # Its time against the median of the other nodes': the batch host's own time.
+    fast = first["nodes"][batch_host]["seconds"]
+    assert named["seconds"] == first["nodes"][slowed]["seconds"] and named["median_seconds"] == fast
+    assert named["seconds"] > 1.5 * fast, first
+    assert (second["action"], second["restart"], second["named"]) == ("pass", 1, []), second
+    assert set(second["nodes"]) == set(others), second
+    log = (folder / f"{name}-{job['job_id']}.out").read_text()
+    said = (f"health gate: {slowed} slow: matmul {named['seconds']:.3f} s against {fast:.3f} s, the median of the "
+            f"other nodes ({named['ratio']}x, over 1.5x)")
+    assert said in log, log[-3000:]
+    assert f"bad node {slowed} (HEALTH): left out of this job's next attempt" in log
+    assert "[rank0] training complete steps=2" in log
+    # Requeued with the node excluded, as Slurm keeps the job (MinJobAge) and the user's record says.
+    shown = cluster.slurm("scontrol", "show", "job", str(job["job_id"])).stdout
+    excluded = re.search(r"ExcNodeList=(\S+)", shown).group(1)
+    assert slowed in cluster.slurm("scontrol", "show", "hostnames", excluded).stdout.split(), shown
+    mark = json.loads(bad_nodes_cleared.read_text())["nodes"][slowed]
+    assert (mark["reason"], mark["job_id"]) == ("HEALTH", job["job_id"]), mark
+    summary = (folder / "summary.txt").read_text()
+    assert re.search(rf"^health +restart 0: requeued in [0-9.]+ s \(2 nodes, .*\): without {slowed} ", summary,
+                     re.M), summary
+    assert re.search(r"^health +restart 1: passed in ", summary, re.M), summary
+    print(f"slowed {slowed}: {named['seconds']} s against {batch_host}'s {fast} s ({named['ratio']}x); gates "
+          f"{first['seconds']} s and {second['seconds']} s; the job ran on {','.join(job['nodes'])}")

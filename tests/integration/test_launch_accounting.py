@@ -4,11 +4,10 @@ are refused."""
 
 import json
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
-from cluster import Cluster, eventually, local_cluster, nas_without_provisioning, write_inventory
+from cluster import eventually, own_cluster
 from launch import TRAINER, launch, next_job_id, outputs_of, unique_job_name
 
 HOSTS = """\
@@ -35,24 +34,9 @@ HOSTS = """\
 
 @pytest.fixture(scope="module")
 def accounting_cluster(tmp_path_factory):
-    base = tmp_path_factory.mktemp("acct")
-    # Not under /tmp, which the cluster's hosts do not see.
-    state = Path("/var/lib/ansible-slurm-train/tests") / f"acct-{base.name}"
-    venv = state / "nas" / "venv"
-    inventory = write_inventory(base / "inv", HOSTS, {
-        "cluster_name": "acct", "local_cluster_state_dir": str(state), "cluster_nas_root": str(state / "nas"),
-        "local_cluster_network": "10.85.0.0/24", "local_cluster_slurmctld_port": 36817,
-        "local_cluster_slurmdbd_port": 36819, "local_cluster_mariadb_port": 33306,
-        "cluster_slurm_conf": str(state / "etc" / "slurm.conf"), "cluster_venv": str(venv),
-        # Not provisioned: no NCCL env files and no CUDA toolkit, so the jobs source and check none
-        # (a launch would refuse the missing env file; the GPU check, the missing toolkit).
-        "slurm_launch_nccl_env_dir": "", "slurm_launch_cuda_home": ""})
-    local_cluster("up", "-i", str(inventory), "--accounting")
-    try:
-        nas_without_provisioning(state, venv)
-        yield Cluster(inventory)
-    finally:
-        local_cluster("down", "-i", str(inventory))
+    with own_cluster(tmp_path_factory.mktemp("acct"), "acct", HOSTS, "10.85.0.0/24", (36817, 36819, 33306),
+                     accounting=True) as cluster:
+        yield cluster
 
 
 def test_job_on_an_accounting_cluster_completes_and_sacct_has_it(accounting_cluster, tmp_path):

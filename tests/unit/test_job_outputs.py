@@ -283,6 +283,27 @@ def test_a_sweep_reports_each_point_with_its_arguments_and_the_ones_that_did_not
     assert [(row["task"], row["args"]) for row in record["points"]] == [(0, "lr=0.1"), (1, "lr=0.01")]
 
 
+def test_a_sweeps_point_its_script_stopped_is_named_with_its_step_as_a_job_is(tmp_path, nas):
+    """A point stopped NO_PROGRESS says so in the playbook's failure, summary.txt and job.json, in
+    the words of a job stopped so; a point that failed otherwise says what it did before."""
+    stopped = {"step": 5, "checkpoint_step": 4}
+    tasks = [{"task": 0, "job_id": 8, "state": "FAILED", "exit_code": 1, "elapsed_seconds": 10, "restarts": 1,
+              "log_last_line": "x", "stdout_path": str(nas / "train-7_0.out"), "no_progress": stopped},
+             {"task": 1, "job_id": 9, "state": "FAILED", "exit_code": 1, "elapsed_seconds": 4, "restarts": 0,
+              "log_last_line": "boom", "stdout_path": str(nas / "train-7_1.out"), "no_progress": None}]
+    job = finished(nas, state="FAILED", outcome="failed", exit_code=1, tasks=tasks, tasks_done=2, tasks_total=2)
+    _, failure, _, shown = collect(tmp_path, job, points=[[["lr", 0.1]], [["lr", 0.01]]])
+    words = ("NO_PROGRESS: failed at step 5 without advancing its checkpoint from step 4: not requeued again "
+             "(restart 1)")
+    assert words == job_outputs.stopped_words({"no_progress": stopped, "restarts": 1}), "one home for the words"
+    assert (f"\npoints that did not complete: point 0 (lr=0.1) ended FAILED, exit code 1; {words}; "
+            "point 1 (lr=0.01) ended FAILED, exit code 1\nlast lines of ") in failure
+    assert f"stopped    point 0 (lr=0.1): {words}" in shown.lines
+    assert [line for line in shown.lines if line.startswith("stopped")] == [f"stopped    point 0 (lr=0.1): {words}"]
+    record = json.loads((tmp_path / "outputs" / "train-7" / "job.json").read_text())
+    assert [(row["task"], row["no_progress"]) for row in record["points"]] == [(0, stopped), (1, None)]
+
+
 def test_a_plain_jobs_summary_has_no_sweep_lines(tmp_path, nas):
     _, _, _, shown = collect(tmp_path, finished(nas))
     assert not [line for line in shown.lines if line.startswith(("points", "  "))]

@@ -1,6 +1,7 @@
 """library/slurm_job.py following a job array (a sweep) as one job, from the recorded array of
 fixtures/slurm/README.md (array 5, four tasks, at most two at once, task 2 failing)."""
 
+import json
 import os
 import pwd
 import pytest
@@ -110,3 +111,37 @@ def test_one_task_asked_for_by_its_own_id_is_a_plain_job(slurm_cli, clock, array
     slurm_cli.answer(["scontrol", "show", "job", "-o", "8"], out=one + "\n")
     result = run_module({"state": "query", "job_id": 8}).result
     assert (result["job_id"], result["state"], result["tasks"], result["tasks_total"]) == (8, "FAILED", None, None)
+
+
+@pytest.mark.parametrize("record, stopped", [
+    ({"job_id": 8, "state": "NO_PROGRESS", "exit_code": 1, "step": 5, "checkpoint_step": 4},
+     {"step": 5, "checkpoint_step": 4}),
+    # Another job's record (an earlier run's point, the array's own id), or another end: not this point's stop.
+    ({"job_id": 5, "state": "NO_PROGRESS", "exit_code": 1, "step": 5, "checkpoint_step": 4}, None),
+    ({"job_id": 8, "state": "FAILED", "exit_code": 1}, None),
+])
+def test_a_point_its_script_stopped_no_progress_says_so_in_its_task(slurm_cli, clock, array_output, tmp_path,
+                                                                    record, stopped):
+    """Each point keeps its end record in points/<task>/ (the job script's RUN_DIR of a sweep): the
+    failed task's own is read, as a plain job's beside its log."""
+    slurm_cli.identity = "0|sweep-rec\n" * 4
+    for task in range(4):
+        (tmp_path / "points" / str(task)).mkdir(parents=True)
+        # A completed point's record that says NO_PROGRESS is not read: only a failed task stopped.
+        (tmp_path / "points" / str(task) / "run.json").write_text(json.dumps(
+            record if task == 2 else {**record, "job_id": 6 + task if task < 3 else 5}))
+    slurm_cli.answer(SCONTROL_5, out=array_output("final"))
+    result = run_module({"job_id": 5}).result
+    assert [(task["task"], task["no_progress"]) for task in result["tasks"]] == [
+        (0, None), (1, None), (2, stopped), (3, None)]
+    assert result["no_progress"] is None, "the array's own: its points stop one by one"
+
+
+def test_a_points_record_planted_as_a_link_is_not_read(slurm_cli, clock, array_output, tmp_path):
+    slurm_cli.identity = "0|sweep-rec\n" * 4
+    (tmp_path / "points" / "2").mkdir(parents=True)
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"job_id": 8, "state": "NO_PROGRESS", "step": 5,
+                                                         "checkpoint_step": 4}))
+    (tmp_path / "points" / "2" / "run.json").symlink_to(tmp_path / "elsewhere.json")
+    slurm_cli.answer(SCONTROL_5, out=array_output("final"))
+    assert run_module({"job_id": 5}).result["tasks"][2]["no_progress"] is None

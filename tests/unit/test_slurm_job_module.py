@@ -1614,3 +1614,73 @@ def test_an_expired_bad_node_is_used_again(slurm_cli, clock, tmp_path, job_outpu
     slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
     outcome = run_module(nodes_request(tmp_path, bad_nodes_root=str(tmp_path / "jobs")))
     assert outcome.failed is False and outcome.result["nodes_checked"]["bad_nodes"] == []
+
+
+def node_failed_job(tmp_path, job_output, slurm_cli, sinfo="rec1|gpu*|idle|2|gpu:2\nrec2|gpu*|down*|2|gpu:2\n"):
+    """Job 1234 of root's run directory final in NODE_FAIL (Slurm did not requeue it) on rec1 and
+    rec2, and sinfo's view of them then; the jobs root."""
+    run_record_job(tmp_path, job_output, slurm_cli, state="node_fail")
+    slurm_cli.answer(SINFO, out=sinfo)
+    return tmp_path / "jobs"
+
+
+@pytest.mark.parametrize("result, marked", [
+    ({"final": True, "outcome": "node_failure",
+      "node_states": {"rec1": {"state": "idle", "markers": ""}, "rec2": {"state": "down", "markers": "*"},
+                      "rec3": {"state": "drained", "markers": ""}, "rec4": {"state": "mixed", "markers": "*"},
+                      "rec5": {"state": "allocated", "markers": ""}}}, ["rec2", "rec3", "rec4"]),
+    # Slurm's view said nothing (sinfo failed): no node is guessed.
+    ({"final": True, "outcome": "node_failure", "node_states": None}, []),
+    ({"final": True, "outcome": "failed", "node_states": {"rec2": {"state": "down", "markers": "*"}}}, []),
+    ({"final": False, "outcome": "node_failure", "node_states": {"rec2": {"state": "down", "markers": "*"}}}, []),
+])
+def test_the_nodes_recorded_after_a_node_failure_are_those_slurm_has_down(result, marked):
+    assert slurm_job.failed_job_nodes(result) == marked
+
+
+def test_a_node_failure_slurm_did_not_requeue_records_the_down_node_alone(slurm_cli, clock, tmp_path, job_output):
+    """The job script's EXIT trap never ran on the dead node, and no next attempt will: the follow
+    that sees the job end records the node, not the job's node that is well."""
+    jobs = node_failed_job(tmp_path, job_output, slurm_cli)
+    before = time.time()
+    outcome = run_module({"job_id": 1234, "run_records": str(jobs), "bad_node_hours": 24})
+    assert outcome.result["outcome"] == "node_failure" and outcome.result["msg"].startswith(
+        "Slurm job 1234 ended in state NODE_FAIL"), outcome.result.get("msg")
+    record = jobs / "root" / "nodes.json"
+    marks = json.loads(record.read_text())["nodes"]
+    assert list(marks) == ["rec2"] and (marks["rec2"]["reason"], marks["rec2"]["job_id"]) == ("NODE_FAIL", 1234)
+    assert before - 1 <= marks["rec2"]["since"] <= time.time()
+    assert marks["rec2"]["until"] - marks["rec2"]["since"] == 24 * 3600
+    assert record.stat().st_mode & 0o777 == 0o600
+    (listed,) = outcome.result["marked_bad_nodes"]
+    assert listed["node"] == "rec2" and listed["line"].startswith("rec2: NODE_FAIL in job 1234 at ")
+
+    # Followed again later (jobs.yml, a second launch of the id): the mark stays as it was.
+    (jobs / "root" / "nodes.json").write_text(json.dumps({"nodes": {"rec2": {**marks["rec2"], "since": 100,
+                                                                            "until": int(time.time()) + 60}}}))
+    slurm_cli.answer(SCONTROL, out=job_output("node_fail", run_dir=str(jobs / "root" / "train-ddp" / "runs" / "3")))
+    slurm_cli.answer(SINFO, out="rec1|gpu*|idle|2|gpu:2\nrec2|gpu*|down*|2|gpu:2\n")
+    run_module({"job_id": 1234, "run_records": str(jobs), "bad_node_hours": 24})
+    assert json.loads(record.read_text())["nodes"]["rec2"]["since"] == 100
+
+
+@pytest.mark.parametrize("args", [{"bad_node_hours": 0}, {"run_records": None}])
+def test_without_hours_or_a_jobs_root_a_node_failure_records_nothing(slurm_cli, clock, tmp_path, job_output, args):
+    jobs = node_failed_job(tmp_path, job_output, slurm_cli)
+    outcome = run_module({"job_id": 1234, "run_records": str(jobs), "bad_node_hours": 24, **args})
+    assert outcome.result["marked_bad_nodes"] is None and not (jobs / "root" / "nodes.json").exists()
+
+
+def test_a_planted_bad_nodes_record_is_refused_and_the_jobs_result_stands(slurm_cli, clock, tmp_path, job_output,
+                                                                          capsys):
+    jobs = node_failed_job(tmp_path, job_output, slurm_cli)
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("{}\n")
+    (jobs / "root" / "nodes.json").symlink_to(elsewhere)
+    outcome = run_module({"job_id": 1234, "run_records": str(jobs), "bad_node_hours": 24})
+    assert outcome.result["msg"].startswith("Slurm job 1234 ended in state NODE_FAIL"), "the job's own end, no other"
+    assert outcome.result["marked_bad_nodes"] is None
+    assert elsewhere.read_text() == "{}\n" and (jobs / "root" / "nodes.json").is_symlink()
+    warned = capsys.readouterr().err
+    assert "job 1234 ended in a node failure on rec2, not recorded as your bad node(s): " in warned
+    assert "is a symbolic link: refusing" in warned

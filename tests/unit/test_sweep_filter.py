@@ -72,6 +72,16 @@ def test_the_report_has_a_row_per_point_and_names_the_points_that_did_not_comple
                                "1     lr=0.01    TIMEOUT    0     60"]
 
 
+def test_a_point_stopped_no_progress_is_said_in_the_words_given_for_it():
+    points = launch_request.sweep_points({"lr": [0.1, 0.01]})
+    tasks = [{"task": 0, "state": "FAILED", "exit_code": 1, "no_progress": {"step": 5, "checkpoint_step": 4}},
+             {"task": 1, "state": "FAILED", "exit_code": 1, "no_progress": None}]
+    report = launch_request.sweep_report(tasks, points, lambda task: f"stopped at {task['no_progress']['step']}")
+    assert report["failed"] == ["point 0 (lr=0.1) ended FAILED, exit code 1; stopped at 5",
+                                "point 1 (lr=0.01) ended FAILED, exit code 1"]
+    assert [row["no_progress"] for row in report["rows"]] == [{"step": 5, "checkpoint_step": 4}, None]
+
+
 def test_a_report_without_the_points_or_with_tasks_pending_together_shows_dashes():
     # A sweep followed by job id: the points are not known; "2-3" is tasks still pending together.
     report = launch_request.sweep_report([{"task": 0, "state": "COMPLETED", "exit_code": 0, "elapsed_seconds": 1},
