@@ -150,3 +150,20 @@ def test_slurmctlds_record_of_a_job_that_ran_once_is_one_attempt_or_none_without
     cost = run_cost.ledger({}, [run_cost.scontrol_attempt(record)], run_cost.SOURCE_SLURMCTLD)
     assert run_cost.cost_line(cost) == ("0.2667 GPU-hours over 1 attempt, 0.2667 lost, 0 steps redone, 60 s queued "
                                         "(from slurmctld's record of the job)")
+
+
+def test_slurmctlds_record_of_a_cpu_job_that_started_at_once_or_before_it_was_eligible():
+    record = {"job_id": 6, "state": "COMPLETED", "elapsed_seconds": 36, "TRES": "node=1,billing=2",
+              "EligibleTime": "2026-12-07T10:00:05", "StartTime": "2026-12-07T10:00:05"}
+    assert run_cost.scontrol_attempt(record) == {"job_id": 6, "task": "", "state": "COMPLETED", "elapsed_seconds": 36,
+                                                 "gpus": 0, "cpus": 0, "queue_seconds": 0}
+    # A start stamped before eligibility (clocks a second apart) waited no time, not less.
+    assert run_cost.scontrol_attempt({**record, "StartTime": "2026-12-07T10:00:04"})["queue_seconds"] == 0
+
+
+def test_a_cost_line_of_a_ledger_without_steps_redone_says_none():
+    cost = run_cost.ledger({}, [{"job_id": 1, "task": "", "state": "COMPLETED", "elapsed_seconds": 3600, "gpus": 0,
+                                 "cpus": 2, "queue_seconds": None}])
+    del cost["steps_redone"]
+    assert run_cost.cost_line(cost) == ("2.0 CPU-hours over 1 attempt, 0.0 lost, 0 steps redone, time queued "
+                                        "unknown (from sacct)")
