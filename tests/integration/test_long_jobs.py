@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from cluster import REPO, alive, eventually, local_cluster
-from launch import TRAINER, outputs_of, unique_job_name
+from launch import TRAINER, forget_bad_nodes, outputs_of, unique_job_name
 
 NODES = "nodes=node110,node111"
 
@@ -139,8 +139,10 @@ def kill_node(cluster, node):
             pass
 
 
-def test_a_node_that_dies_mid_job_ends_it_node_fail_named(cluster, tmp_path):
+def test_a_node_that_dies_mid_job_ends_it_node_fail_named(cluster, tmp_path, request):
     name = unique_job_name("nodefail")
+    # Alice's later launches on the shared cluster may pin node111 again.
+    request.addfinalizer(lambda: forget_bad_nodes("node111"))
     launch = start_launch(tmp_path, *training(name, steps=300, max_restarts=0))
     try:
         wait_for_training(cluster, name)
@@ -152,5 +154,8 @@ def test_a_node_that_dies_mid_job_ends_it_node_fail_named(cluster, tmp_path):
         assert eventually(lambda: "idle" in cluster.slurm("sinfo", "-h", "-N", "-n", "node111", "-o", "%T").stdout, 120)
     assert launch.returncode != 0
     _, job = outputs_of(tmp_path, name)
+    # Not requeued (max_restarts=0): the launch's follow kept the dead node out of alice's next jobs.
+    marks = json.loads((cluster.nas / "jobs" / "alice" / "nodes.json").read_text())["nodes"]
+    assert (marks["node111"]["reason"], marks["node111"]["job_id"]) == ("NODE_FAIL", job["job_id"]), marks
     assert (job["state"], job["failed_nodes"]) == ("NODE_FAIL", "node111 (down*)")
     assert "ended NODE_FAIL" in out and "failed nodes: node111 (down*)" in out
