@@ -45,3 +45,44 @@ def test_a_requeued_job_renamed_before_its_last_run_reports_that_runs_log(slurm_
     assert (result["restarts"], result["state_source"]) == (1, "sacct")
     assert result["stdout_path"] == str(tmp_path / "train-ddp-v2-1234.out")
     assert result["log_tail"] == ["run 2"]
+
+
+def test_a_tail_of_progress_bar_updates_reads_only_the_last_block(tmp_path, monkeypatch):
+    # Each \r ends a line as \n does: a log of 300 KB of \r-drawn updates has its last lines in its
+    # last block, and one read finds them.
+    asked = []
+    real = slurm_job.os.pread
+    monkeypatch.setattr(slurm_job.os, "pread", lambda fd, size, offset: asked.append(size) or real(fd, size, offset))
+    log = tmp_path / "bar.out"
+    log.write_bytes(b"".join(b"step %d\r" % n for n in range(30000)) + b"done\n")
+    assert slurm_job.read_log_tail(str(log), 2) == ["step 29999", "done"]
+    assert asked == [BLOCK]
+
+
+def test_a_cr_lf_split_between_two_reads_ends_one_line_not_two(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm_job, "LOG_READ_BLOCK", 4)
+    log = tmp_path / "job.out"
+    log.write_bytes(b"a\r\nb\r\nc\r\n")  # the reads from the end: "\nc\r\n", "\r\nb\r", "a"
+    assert slurm_job.read_log_tail(str(log), 3) == ["a", "b", "c"]
+
+
+def test_the_tail_shows_no_head_less_line_where_the_scan_began(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm_job, "LOG_TAIL_SCAN_BYTES", 10)
+    log = tmp_path / "job.out"
+    log.write_bytes(b"aaaaaaaaaa\nbb\ncc\n")  # the scan's 10 bytes begin inside the a's
+    assert slurm_job.read_log_tail(str(log), 5) == ["bb", "cc"]
+
+
+def test_a_trailing_cr_waits_for_what_follows_it(tmp_path):
+    # "\r" last may be the first half of "\r\n": the line it ends is read next time, whole.
+    log = tmp_path / "job.out"
+    log.write_bytes(b"one\ntwo\r")
+    assert slurm_job.read_new_lines(str(log), 0, 5) == (["one"], 4)
+    log.write_bytes(b"one\ntwo\r\nthree\n")
+    assert slurm_job.read_new_lines(str(log), 4, 5) == (["two", "three"], 15)
+
+
+def test_an_empty_new_line_is_a_line(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_bytes(b"one\n\nrest")
+    assert slurm_job.read_new_lines(str(log), 4, 5) == ([""], 5)

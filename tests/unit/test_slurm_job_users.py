@@ -144,3 +144,48 @@ def test_progress_log_lines_may_be_zero_but_not_negative(slurm_cli, clock, job_o
     slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"state": "query", "job_id": 1234, "progress_log_lines": 0})
     assert (outcome.failed, outcome.result["state"]) == (False, "COMPLETED")
+
+
+def test_an_owner_nobody_can_tell_is_refused_saying_why_accounting_could_not(owners, clock, as_bob, job_output):
+    owners.answer(OWNER, rc=1, err="slurm_load_jobs error: Invalid job id specified\n")
+    owners.answer(ACCOUNTING_OWNER, rc=1, err="sacct: error: Slurm accounting storage is disabled\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("completed"), "bob", 2002))
+    owners.answer(SACCTMGR, out="None\n")
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.result["msg"] == (
+        "job 1234: neither slurmctld nor accounting says whose job it is (sacct failed: sacct: error: Slurm accounting "
+        "storage is disabled): only root or a Slurm operator may follow, collect or cancel it")
+
+
+def test_an_owner_accounting_does_not_record_is_refused_saying_so(owners, clock, as_bob, job_output):
+    owners.answer(OWNER, rc=1, err="slurm_load_jobs error: Invalid job id specified\n")
+    owners.answer(ACCOUNTING_OWNER, out="")
+    owners.answer(SCONTROL, out=owned_by(job_output("completed"), "bob", 2002))
+    owners.answer(SACCTMGR, out="None\n")
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.result["msg"] == (
+        "job 1234: neither slurmctld nor accounting says whose job it is (no owner recorded): only root or a Slurm "
+        "operator may follow, collect or cancel it")
+
+
+def test_root_may_act_on_another_users_job_without_asking_sacctmgr(owners, clock, monkeypatch, job_output):
+    monkeypatch.setattr(slurm_job.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(slurm_job.pwd, "getpwuid", lambda uid: SimpleNamespace(pw_name={0: "root", 2001: "alice"}[uid]))
+    owners.answer(OWNER, out="2001|train-ddp\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "alice", 2001))
+    owners.answer(SCANCEL)
+    owners.answer(SCONTROL, out=owned_by(job_output("cancelled"), "alice", 2001))
+    outcome = run_module({"state": "absent", "job_id": 1234})
+    assert (outcome.failed, outcome.result["state"], outcome.result["user"]) == (False, "CANCELLED", "alice")
+    assert owners.argvs == [OWNER, SCONTROL, SCANCEL, SCONTROL]
+
+
+def test_a_job_renamed_after_its_owner_was_asked_is_asked_about_again(owners, clock, as_bob, job_output):
+    # `scontrol update JobName=` between the owner question and the look: the name no longer matches.
+    owners.answer(OWNER, out="2002|train-ddp-old\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "bob", 2002))
+    owners.answer(OWNER, out="2002|train-ddp\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "bob", 2002))
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert (outcome.failed, outcome.result["state"]) == (False, "RUNNING"), outcome.result.get("msg")
+    assert owners.argvs == [OWNER, SCONTROL, OWNER, SCONTROL]

@@ -1,0 +1,116 @@
+"""What library/slurm_job.py's answer carries for a final job, read in the run that saw the end:
+the job script's NO_PROGRESS record, the run's end record (and the message when it cannot be
+written), the node states after a node failure, and the files its launch brings back."""
+
+import base64
+import json
+import os
+
+from test_slurm_job_module import (  # noqa: F401
+    INVALID_JOB_ID, SACCT, SCONTROL, answer_sacct_version, clock, job_output, run_module, run_record_job,
+    sacct_output, slurm_cli,
+)
+
+FAILED = "Slurm job 1234 ended in state FAILED (exit code 3, signal 0, reason NonZeroExitCode)"
+SINFO = ["sinfo", "-h", "-N", "-o", "%N|%P|%T|%c|%G"]
+
+
+def jobs(tmp_path):
+    return str(tmp_path / "jobs")
+
+
+def test_a_failed_job_whose_script_stopped_it_without_progress_says_at_which_step(slurm_cli, clock, tmp_path,
+                                                                                  job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli, state="failed")
+    (run_dir / "train-ddp-1234.out").write_text("step 5: loss nan\n")
+    (run_dir / "run.json").write_text(json.dumps({"job_id": 1234, "state": "NO_PROGRESS", "step": 5,
+                                                  "checkpoint_step": 4}))
+    outcome = run_module({"job_id": 1234, "run_records": jobs(tmp_path)})
+    assert (outcome.failed, outcome.result["msg"]) == (True, FAILED)
+    assert outcome.result["no_progress"] == {"step": 5, "checkpoint_step": 4}
+    # The end record keeps the script's word for the next launch.
+    assert json.loads((run_dir / "run.json").read_text()) == {
+        "job_id": 1234, "state": "NO_PROGRESS", "exit_code": 3, "restarts": 0, "step": 5, "checkpoint_step": 4,
+        "log_tail": ["step 5: loss nan"]}
+
+
+def test_steps_that_are_no_whole_numbers_are_not_reported_as_steps(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli, state="failed")
+    (run_dir / "run.json").write_text(json.dumps({"job_id": 1234, "state": "NO_PROGRESS", "step": "5",
+                                                  "checkpoint_step": True}))
+    assert run_module({"job_id": 1234}).result["no_progress"] == {"step": None, "checkpoint_step": None}
+
+
+def test_a_run_record_of_another_kind_or_job_is_no_stop_of_this_one(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli, state="failed")
+    for record in ([], {"job_id": 1234, "state": "FAILED", "step": 5},
+                   {"job_id": 999, "state": "NO_PROGRESS", "step": 5, "checkpoint_step": 4}):
+        (run_dir / "run.json").write_text(json.dumps(record))
+        assert run_module({"job_id": 1234}).result["no_progress"] is None, record
+        slurm_cli.answer(SCONTROL, out=job_output("failed", run_dir=str(run_dir)))
+    slurm_cli.script.clear()
+
+
+def test_a_run_record_planted_as_a_link_is_not_followed(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli, state="failed")
+    (tmp_path / "planted.json").write_text(json.dumps({"job_id": 1234, "state": "NO_PROGRESS", "step": 5,
+                                                       "checkpoint_step": 4}))
+    (run_dir / "run.json").symlink_to(tmp_path / "planted.json")
+    assert run_module({"job_id": 1234}).result["no_progress"] is None
+
+
+def test_a_run_record_that_cannot_be_written_is_the_tasks_whole_message(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli)
+    (run_dir / "run.json").mkdir()
+    outcome = run_module({"job_id": 1234, "run_records": jobs(tmp_path)})
+    assert (outcome.failed, outcome.result["msg"]) == (
+        True, f"cannot write the run's end record {run_dir}/run.json: Is a directory")
+
+
+def test_a_failed_job_whose_run_record_cannot_be_written_says_both(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli, state="failed")
+    (run_dir / "run.json").mkdir()
+    outcome = run_module({"job_id": 1234, "run_records": jobs(tmp_path)})
+    assert outcome.result["msg"] == f"{FAILED}; cannot write the run's end record {run_dir}/run.json: Is a directory"
+
+
+def test_a_final_job_without_a_log_gets_no_run_record(slurm_cli, clock, sacct_output, slurm_output, tmp_path):
+    slurm_cli.answer(SCONTROL, *INVALID_JOB_ID)
+    answer_sacct_version(slurm_cli, slurm_output)
+    slurm_cli.answer(SACCT, out=sacct_output("sacct_completed.txt", work_dir=str(tmp_path)))
+    outcome = run_module({"state": "query", "job_id": 1234, "run_records": str(tmp_path)})
+    assert (outcome.failed, outcome.result["stdout_path"], outcome.result["run_record"]) == (False, None, None)
+
+
+def test_a_node_failure_whose_nodes_sinfo_cannot_show_still_reports_the_job(slurm_cli, clock, job_output):
+    slurm_cli.answer(SCONTROL, out=job_output("node_fail"))
+    slurm_cli.answer(SINFO, rc=1, err="sinfo: error: Access/permission denied\n")
+    outcome = run_module({"job_id": 1234})
+    assert outcome.result["state"] == "NODE_FAIL" and outcome.result["node_states"] == {}
+    assert outcome.result["msg"].startswith("Slurm job 1234 ended in state NODE_FAIL")
+
+
+def collected(result):
+    return {path: base64.b64decode(text) for path, text in result["collected_files"].items()}
+
+
+def test_a_missing_log_does_not_keep_the_script_from_being_collected(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli)
+    (run_dir / "train-ddp-1234.sbatch").write_text("#!/bin/bash\nsrun python train.py\n")
+    result = run_module({"job_id": 1234, "run_records": jobs(tmp_path), "collect_files": True}).result
+    assert collected(result) == {str(run_dir / "train-ddp-1234.sbatch"): b"#!/bin/bash\nsrun python train.py\n"}
+    assert result["collected_skipped"] == {str(run_dir / "train-ddp-1234.out"): "No such file or directory"}
+
+
+def test_collected_files_come_whole_up_to_8_mib_in_all(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli)
+    log = run_dir / "train-ddp-1234.out"
+    log.write_bytes(b"x" * (8 << 20))
+    result = run_module({"job_id": 1234, "run_records": jobs(tmp_path), "collect_files": True}).result
+    assert len(collected(result)[str(log)]) == 8 << 20 and result["collected_truncated"] == {}
+    log.write_bytes(b"y" + b"x" * (8 << 20))
+    slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(run_dir)))
+    os.unlink(run_dir / "run.json")
+    result = run_module({"job_id": 1234, "run_records": jobs(tmp_path), "collect_files": True}).result
+    assert collected(result)[str(log)] == b"x" * (8 << 20), "the last 8 MiB"
+    assert result["collected_truncated"] == {str(log): (8 << 20) + 1}
