@@ -114,3 +114,34 @@ def test_collected_files_come_whole_up_to_8_mib_in_all(slurm_cli, clock, tmp_pat
     result = run_module({"job_id": 1234, "run_records": jobs(tmp_path), "collect_files": True}).result
     assert collected(result)[str(log)] == b"x" * (8 << 20), "the last 8 MiB"
     assert result["collected_truncated"] == {str(log): (8 << 20) + 1}
+
+
+def test_the_cost_joins_the_job_scripts_own_record_of_each_attempt(slurm_cli, clock, tmp_path, job_output):
+    # The hang watchdog's line in attempts-<job id>.tsv beside the log: its suspects reach the ledger.
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli, state="failed")
+    (run_dir / "attempts-1234.tsv").write_text("start\t0\t1700000000\t0\t-\t8\t16\n"
+                                              "hang\t0\t1700000100\tnode111\t42\t-\n")
+    cost = run_module({"job_id": 1234}).result["cost"]
+    assert [attempt.get("hang") for attempt in cost["attempts"]] == [
+        {"time": 1700000100, "suspect_nodes": ["node111"], "step": 42, "stack_dumps": []}]
+
+
+def test_a_sweep_only_accounting_remembers_has_each_points_own_record_in_its_cost(slurm_cli, clock, tmp_path,
+                                                                                slurm_output):
+    # slurmctld forgot array 5; sacct names each task (5_0, 5_1) and its own job id (6, 7), and each
+    # point's job script wrote its record in points/<task>/.
+    slurm_cli.answer(["scontrol", "show", "job", "-o", "5"], *INVALID_JOB_ID)
+    answer_sacct_version(slurm_cli, slurm_output)
+    slurm_cli.answer(["sacct", "-j", "5", "-n", "-P", "-D", "-X"], out="".join(
+        f"5_{task}|train-ddp|COMPLETED|0:0|00:00:05|rec1|None|2026-12-02T14:36:18|2026-12-02T14:36:23|{tmp_path}|\n"
+        for task in (0, 1)))
+    slurm_cli.cost = (0, "6|5_0|COMPLETED|5|cpu=2,gres/gpu=4|2026-12-02T14:36:10|2026-12-02T14:36:18\n"
+                         "7|5_1|COMPLETED|5|cpu=2,gres/gpu=4|2026-12-02T14:36:10|2026-12-02T14:36:18\n", "")
+    for task in (0, 1):
+        (tmp_path / f"train-ddp-5_{task}.out").write_text(f"point {task}\n")
+    (tmp_path / "points" / "1").mkdir(parents=True)
+    (tmp_path / "points" / "1" / "attempts-7.tsv").write_text("start\t0\t1700000000\t0\t-\t4\t2\n"
+                                                              "hang\t0\t1700000100\trec1\t42\t-\n")
+    cost = run_module({"state": "query", "job_id": 5}).result["cost"]
+    assert [(attempt["job_id"], attempt.get("hang")) for attempt in cost["attempts"]] == [
+        (6, None), (7, {"time": 1700000100, "suspect_nodes": ["rec1"], "step": 42, "stack_dumps": []})]
