@@ -145,3 +145,15 @@ def test_a_sweep_only_accounting_remembers_has_each_points_own_record_in_its_cos
     cost = run_module({"state": "query", "job_id": 5}).result["cost"]
     assert [(attempt["job_id"], attempt.get("hang")) for attempt in cost["attempts"]] == [
         (6, None), (7, {"time": 1700000100, "suspect_nodes": ["rec1"], "step": 42, "stack_dumps": []})]
+
+
+def test_the_job_scripts_record_is_read_up_to_its_first_64_kib(slurm_cli, clock, tmp_path, job_output):
+    # Without accounting (a requeued job: no slurmctld figures, sacct disabled) the cost is the
+    # record's own; a record grown past 64 KiB is cut there, here inside its one attempt's cpus.
+    run_dir = tmp_path / "jobs" / "root" / "train-ddp" / "runs" / "3"
+    run_dir.mkdir(parents=True)
+    slurm_cli.answer(SCONTROL, out=job_output("failed", run_dir=str(run_dir)).replace("Restarts=0", "Restarts=1"))
+    line = "start\t0\t1700000000\t0\t-\t8\t16"
+    (run_dir / "attempts-1234.tsv").write_text("#" * (65536 - len(line) - 1) + "\n" + line + "7\n")
+    cost = run_module({"job_id": 1234}).result["cost"]
+    assert [(attempt["gpus"], attempt["cpus"]) for attempt in cost["attempts"]] == [(8, 16)]

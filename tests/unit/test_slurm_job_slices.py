@@ -66,3 +66,14 @@ def test_a_running_job_with_an_end_marker_is_looked_at_as_its_time_limit_passes(
     marker = SimpleNamespace(path="/runs/1/.%j.ended")
     look_at, watched = slurm_job.SlurmJobRunner.plan_look(runner, iter([1]), marker, job)
     assert (look_at - 1000.0, watched) == (pytest.approx(interval), None)
+
+
+def test_a_slice_showing_another_log_than_the_last_starts_at_its_tail(slurm_cli, clock, tmp_path, job_output):
+    # An array's shown task changed: the offset the last slice reached is another file's.
+    (tmp_path / "train-ddp-1234.out").write_text("aaaa\nbbbb\n")
+    slurm_cli.answer(SCONTROL, out=job_output("completed", run_dir=str(tmp_path)))
+    previous = {"state": "RUNNING", "restarts": 0, "next_poll": 8.0, "marker": None,
+                "log_path": str(tmp_path / "train-ddp-1234_0.out"), "log_offset": 3,
+                "owner": {"uid": 0, "user": "root", "name": "train-ddp"}}
+    result = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60, "progress_from": previous}).result
+    assert result["progress"]["log_lines"] == ["aaaa", "bbbb"]
