@@ -6,6 +6,8 @@ import base64
 import json
 import os
 
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
+
 from test_slurm_job_module import (  # noqa: F401
     INVALID_JOB_ID, SACCT, SCONTROL, answer_sacct_version, clock, job_output, run_module, run_record_job,
     sacct_output, slurm_cli,
@@ -157,3 +159,32 @@ def test_the_job_scripts_record_is_read_up_to_its_first_64_kib(slurm_cli, clock,
     (run_dir / "attempts-1234.tsv").write_text("#" * (65536 - len(line) - 1) + "\n" + line + "7\n")
     cost = run_module({"job_id": 1234}).result["cost"]
     assert [(attempt["gpus"], attempt["cpus"]) for attempt in cost["attempts"]] == [(8, 16)]
+
+
+def test_a_final_record_without_a_run_time_leaves_the_last_attempt_to_sacct(slurm_cli, clock, job_output, tmp_path):
+    # No RunTime in slurmctld's record: nothing to complete sacct's last attempt with, so sacct is
+    # asked again while it shows it running, and its own figures stand.
+    record = job_output("failed", run_dir=str(tmp_path)).replace("Restarts=0", "Restarts=1").replace(
+        "RunTime=00:00:00 ", "")
+    slurm_cli.answer(SCONTROL, out=record)
+    slurm_cli.cost = (0, "1234|1234|REQUEUED|30|cpu=16,gres/gpu=8|2026-12-07T10:00:00|2026-12-07T10:00:02\n"
+                         "1234|1234|RUNNING|3|cpu=16,gres/gpu=8|2026-12-07T10:00:40|2026-12-07T10:00:41\n", "")
+    result = run_module({"job_id": 1234, "accounting": "yes"}).result
+    assert result["elapsed_seconds"] is None
+    assert [(a["state"], a["elapsed_seconds"]) for a in result["cost"]["attempts"]] == [("REQUEUED", 30), ("RUNNING", 3)]
+    assert len(slurm_cli.cost_calls) == slurm_job.COST_SACCT_LOOKS
+
+
+def test_an_array_has_no_health_record_of_its_own(slurm_cli, clock, slurm_output, tmp_path):
+    # Each task of a sweep has its own gate: a health file beside the shown task's log is not the array's.
+    for task in range(4):
+        (tmp_path / f"sweep-rec-5_{task}.out").write_text(f"task {task}\n")
+    gate = {"restart": 0, "seconds": 4.2, "action": "pass", "message": "all nodes passed",
+            "nodes": {"node110": {"seconds": 0.2}, "node111": {"seconds": 0.3}}, "named": []}
+    for job_id in (5, 8):  # the array's id, and the shown task's own
+        (tmp_path / f"health-{job_id}.jsonl").write_text(json.dumps(gate) + "\n")
+    slurm_cli.identity = "0|sweep-rec\n"
+    slurm_cli.answer(["scontrol", "show", "job", "-o", "5"], out=slurm_output("scontrol_show_job_array_final.txt")
+                     .replace("/var/lib/ansible-slurm-train/local/nas/jobs/alice/arrtest", str(tmp_path)))
+    result = run_module({"state": "query", "job_id": 5}).result
+    assert result["tasks_total"] == 4 and result["health"] is None

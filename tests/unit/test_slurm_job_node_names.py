@@ -13,3 +13,11 @@ def test_a_node_name_that_is_none_is_refused_before_anything_is_asked(slurm_cli,
         f"nodes: invalid node name {name!r}: a node name is 1 to 63 letters, digits, '-', '_' or '.', starting "
         "with a letter or digit, without '..'"))
     assert slurm_cli.calls == [] and list((tmp_path / "jobs").iterdir()) == []
+
+
+def test_a_nodes_request_without_its_node_count_is_refused(slurm_cli, clock, tmp_path):
+    request = nodes_request(tmp_path)
+    del request["nodes"]["num_nodes"]
+    outcome = run_module(request)
+    assert (outcome.failed, outcome.result["msg"]) == (True, "missing required arguments: num_nodes found in internal -> nodes")
+    assert slurm_cli.calls == []
