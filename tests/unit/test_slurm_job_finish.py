@@ -188,3 +188,19 @@ def test_an_array_has_no_health_record_of_its_own(slurm_cli, clock, slurm_output
                      .replace("/var/lib/ansible-slurm-train/local/nas/jobs/alice/arrtest", str(tmp_path)))
     result = run_module({"state": "query", "job_id": 5}).result
     assert result["tasks_total"] == 4 and result["health"] is None
+
+
+def test_an_arrays_cost_without_accounting_has_each_points_own_record(slurm_cli, clock, slurm_output, tmp_path):
+    # slurmctld still lists array 5 (task 2 is job 8); sacct does not answer: each point's record
+    # in points/<task>/ is the ledger.
+    for task in range(4):
+        (tmp_path / f"sweep-rec-5_{task}.out").write_text(f"task {task}\n")
+    (tmp_path / "points" / "2").mkdir(parents=True)
+    (tmp_path / "points" / "2" / "attempts-8.tsv").write_text("start\t0\t1700000000\t0\t-\t4\t2\n"
+                                                              "hang\t0\t1700000100\trec1\t42\t-\n")
+    slurm_cli.identity = "0|sweep-rec\n"
+    slurm_cli.answer(["scontrol", "show", "job", "-o", "5"], out=slurm_output("scontrol_show_job_array_final.txt")
+                     .replace("/var/lib/ansible-slurm-train/local/nas/jobs/alice/arrtest", str(tmp_path)))
+    cost = run_module({"state": "query", "job_id": 5}).result["cost"]
+    assert [(attempt["job_id"], attempt.get("hang")) for attempt in cost["attempts"]] == [
+        (8, {"time": 1700000100, "suspect_nodes": ["rec1"], "step": 42, "stack_dumps": []})]

@@ -86,3 +86,15 @@ def test_an_empty_new_line_is_a_line(tmp_path):
     log = tmp_path / "job.out"
     log.write_bytes(b"one\n\nrest")
     assert slurm_job.read_new_lines(str(log), 4, 5) == ([""], 5)
+
+
+def test_a_tail_reads_back_only_until_it_has_one_line_end_more_than_its_lines(tmp_path, monkeypatch):
+    # Two lines of a log that ends with a line end: three line ends tell where the first begins.
+    monkeypatch.setattr(slurm_job, "LOG_READ_BLOCK", 8)
+    asked = []
+    real = slurm_job.os.pread
+    monkeypatch.setattr(slurm_job.os, "pread", lambda fd, size, offset: asked.append(offset) or real(fd, size, offset))
+    log = tmp_path / "job.out"
+    log.write_bytes(b"x" * 64 + b"a\nbb\ncc\n")
+    assert slurm_job.read_log_tail(str(log), 2) == ["bb", "cc"]
+    assert asked == [64]

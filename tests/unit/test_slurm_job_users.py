@@ -189,3 +189,16 @@ def test_a_job_renamed_after_its_owner_was_asked_is_asked_about_again(owners, cl
     outcome = run_module({"state": "query", "job_id": 1234})
     assert (outcome.failed, outcome.result["state"]) == (False, "RUNNING"), outcome.result.get("msg")
     assert owners.argvs == [OWNER, SCONTROL, OWNER, SCONTROL]
+
+
+def test_in_auto_mode_an_accounting_that_does_not_answer_the_owner_question_is_asked_once(owners, clock, as_bob,
+                                                                                        job_output):
+    owners.answer(OWNER, rc=1, err="slurm_load_jobs error: Invalid job id specified\n")
+    owners.answer(ACCOUNTING_OWNER, rc=1, err="sacct: error: slurmdbd: Socket timed out on send/recv operation\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("completed"), "bob", 2002))
+    owners.answer(SACCTMGR, out="None\n")
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.result["msg"] == (
+        "job 1234: neither slurmctld nor accounting says whose job it is (sacct failed: sacct: error: slurmdbd: "
+        "Socket timed out on send/recv operation): only root or a Slurm operator may follow, collect or cancel it")
+    assert owners.argvs == [OWNER, ACCOUNTING_OWNER, SCONTROL, SACCTMGR]
