@@ -10,7 +10,7 @@ from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 
 from test_slurm_job_module import (  # noqa: F401
     INVALID_JOB_ID, SACCT, SCONTROL, answer_sacct_version, clock, job_output, run_module, run_record_job,
-    sacct_output, slurm_cli,
+    sacct_output, slurm_cli, staged_request,
 )
 
 FAILED = "Slurm job 1234 ended in state FAILED (exit code 3, signal 0, reason NonZeroExitCode)"
@@ -204,3 +204,36 @@ def test_an_arrays_cost_without_accounting_has_each_points_own_record(slurm_cli,
     cost = run_module({"state": "query", "job_id": 5}).result["cost"]
     assert [(attempt["job_id"], attempt.get("hang")) for attempt in cost["attempts"]] == [
         (8, {"time": 1700000100, "suspect_nodes": ["rec1"], "step": 42, "stack_dumps": []})]
+
+
+def test_an_arrays_cost_takes_each_tasks_end_from_slurmctld_rather_than_wait_for_slurmdbd(
+        slurm_cli, clock, slurm_output, tmp_path):
+    # Each task ran once (Restarts=0); sacct still shows task 2 (job 8) running: slurmctld's record
+    # of it (FAILED, 4 s) completes it, and sacct is asked once.
+    for task in range(4):
+        (tmp_path / f"sweep-rec-5_{task}.out").write_text(f"task {task}\n")
+    slurm_cli.identity = "0|sweep-rec\n"
+    slurm_cli.answer(["scontrol", "show", "job", "-o", "5"], out=slurm_output("scontrol_show_job_array_final.txt")
+                     .replace("/var/lib/ansible-slurm-train/local/nas/jobs/alice/arrtest", str(tmp_path)))
+    slurm_cli.cost = (0, "".join(f"{job}|5_{task}|{state}|{seconds}|cpu=2,gres/gpu=4|2026-12-02T14:36:10|"
+                                 "2026-12-02T14:36:18\n"
+                                 for job, task, state, seconds in ((6, 0, "COMPLETED", 5), (7, 1, "COMPLETED", 5),
+                                                                   (8, 2, "RUNNING", 1), (5, 3, "COMPLETED", 4))), "")
+    result = run_module({"state": "query", "job_id": 5, "accounting": "yes"}).result
+    assert [(a["job_id"], a["state"], a["elapsed_seconds"]) for a in result["cost"]["attempts"]] == [
+        (5, "COMPLETED", 4), (6, "COMPLETED", 5), (7, "COMPLETED", 5), (8, "FAILED", 4)]
+    assert len(slurm_cli.cost_calls) == 1 and clock.sleeps == []
+
+
+def test_a_nas_without_hard_links_keeps_no_copy_of_the_script_and_says_so(slurm_cli, clock, tmp_path, job_output,
+                                                                         monkeypatch, capsys):
+    def no_links(source, target, follow_symlinks=True):
+        raise OSError(1, "Operation not permitted", source)
+
+    monkeypatch.setattr(slurm_job.os, "link", no_links)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    outcome = run_module(staged_request(tmp_path))
+    assert (outcome.failed, outcome.result["submitted"]) == (False, True), outcome.result.get("msg")
+    kept = os.path.join(outcome.result["staged"]["run_dir"], "train-ddp-1234.sbatch")
+    assert f"job 1234's script is not kept as {kept}: Operation not permitted" in capsys.readouterr().err

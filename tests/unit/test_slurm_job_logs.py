@@ -98,3 +98,15 @@ def test_a_tail_reads_back_only_until_it_has_one_line_end_more_than_its_lines(tm
     log.write_bytes(b"x" * 64 + b"a\nbb\ncc\n")
     assert slurm_job.read_log_tail(str(log), 2) == ["bb", "cc"]
     assert asked == [64]
+
+
+def test_a_log_that_fails_to_read_shows_no_new_lines_and_keeps_its_offset(tmp_path, monkeypatch):
+    # An I/O error of the NAS: the next look tries again from where this one was.
+    log = tmp_path / "job.out"
+    log.write_bytes(b"one\ntwo\n")
+
+    def failing(fd, size, offset):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(slurm_job.os, "pread", failing)
+    assert slurm_job.read_new_lines(str(log), 4, 5) == ([], 4)

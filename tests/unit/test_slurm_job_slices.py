@@ -19,8 +19,10 @@ def test_a_slice_shows_at_most_20_new_log_lines_unless_told(slurm_cli, clock, tm
     assert result["progress"]["log_lines"] == [f"step {n}" for n in range(10, 30)]
 
 
-def test_a_slice_ends_for_new_log_lines_at_the_first_look_at_the_log_2_s_in(slurm_cli, clock, tmp_path, job_output,
-                                                                          monkeypatch):
+@pytest.mark.parametrize("every, slept", [(None, 2.0), (0.5, 0.5)])
+def test_a_slice_ends_for_new_log_lines_at_the_first_look_at_the_log(slurm_cli, clock, tmp_path, job_output,
+                                                                     monkeypatch, every, slept):
+    # progress_log_every: 2 s unless told, any time above 0.
     log = tmp_path / "train-ddp-1234.out"
     log.write_text("step 0\n")
     sleep = clock.sleep
@@ -32,8 +34,9 @@ def test_a_slice_ends_for_new_log_lines_at_the_first_look_at_the_log_2_s_in(slur
 
     monkeypatch.setattr(clock, "sleep", training_writes)
     slurm_cli.answer(SCONTROL, out=job_output("running", run_dir=str(tmp_path)))
-    result = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60, "poll_min": 10}).result
-    assert clock.sleeps == [2.0]
+    args = {"job_id": 1234, "return_on_change": True, "timeout": 60, "poll_min": 10}
+    result = run_module({**args, "progress_log_every": every} if every else args).result
+    assert clock.sleeps == [slept]
     assert (result["state"], result["progress"]["log_lines"]) == ("RUNNING", ["step 0", "step 1"])
 
 
