@@ -237,3 +237,13 @@ def test_a_nas_without_hard_links_keeps_no_copy_of_the_script_and_says_so(slurm_
     assert (outcome.failed, outcome.result["submitted"]) == (False, True), outcome.result.get("msg")
     kept = os.path.join(outcome.result["staged"]["run_dir"], "train-ddp-1234.sbatch")
     assert f"job 1234's script is not kept as {kept}: Operation not permitted" in capsys.readouterr().err
+
+
+def test_collecting_files_leaves_none_of_them_open(slurm_cli, clock, tmp_path, job_output):
+    run_dir = run_record_job(tmp_path, job_output, slurm_cli)
+    (run_dir / "train-ddp-1234.out").write_text("[rank0] training complete\n")
+    (run_dir / "train-ddp-1234.sbatch").write_text("#!/bin/bash\n")
+    before = sorted(os.listdir("/proc/self/fd"))
+    result = run_module({"job_id": 1234, "run_records": jobs(tmp_path), "collect_files": True}).result
+    assert len(result["collected_files"]) == 2
+    assert sorted(os.listdir("/proc/self/fd")) == before

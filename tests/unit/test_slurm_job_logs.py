@@ -110,3 +110,16 @@ def test_a_log_that_fails_to_read_shows_no_new_lines_and_keeps_its_offset(tmp_pa
 
     monkeypatch.setattr(slurm_job.os, "pread", failing)
     assert slurm_job.read_new_lines(str(log), 4, 5) == ([], 4)
+
+
+def test_a_line_end_at_the_start_of_a_read_counts_once_unless_a_cr_before_it_pairs_with_it(tmp_path, monkeypatch):
+    # Reads from the end: "\nbb\n" (two line ends), then "y\nya" (one more, not a \r before that \n):
+    # three line ends are enough for two lines, and no third read is made.
+    monkeypatch.setattr(slurm_job, "LOG_READ_BLOCK", 4)
+    asked = []
+    real = slurm_job.os.pread
+    monkeypatch.setattr(slurm_job.os, "pread", lambda fd, size, offset: asked.append(offset) or real(fd, size, offset))
+    log = tmp_path / "job.out"
+    log.write_bytes(b"pppp" + b"y\nya" + b"\nbb\n")
+    assert slurm_job.read_log_tail(str(log), 2) == ["ya", "bb"]
+    assert asked == [8, 4]
