@@ -123,3 +123,21 @@ def test_a_line_end_at_the_start_of_a_read_counts_once_unless_a_cr_before_it_pai
     log.write_bytes(b"pppp" + b"y\nya" + b"\nbb\n")
     assert slurm_job.read_log_tail(str(log), 2) == ["ya", "bb"]
     assert asked == [8, 4]
+
+
+def test_a_tail_that_fails_to_read_is_empty(tmp_path, monkeypatch):
+    log = tmp_path / "job.out"
+    log.write_bytes(b"one\ntwo\n")
+
+    def failing(fd, size, offset):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(slurm_job.os, "pread", failing)
+    assert slurm_job.read_log_tail(str(log), 5) == []
+
+
+def test_a_scan_that_begins_one_byte_in_still_drops_the_head_less_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm_job, "LOG_TAIL_SCAN_BYTES", 10)
+    log = tmp_path / "job.out"
+    log.write_bytes(b"abcd\nef\ngh\n")  # 11 bytes: the scan starts at "bcd"
+    assert slurm_job.read_log_tail(str(log), 5) == ["ef", "gh"]

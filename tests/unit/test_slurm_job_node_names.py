@@ -21,3 +21,18 @@ def test_a_nodes_request_without_its_node_count_is_refused(slurm_cli, clock, tmp
     outcome = run_module(request)
     assert (outcome.failed, outcome.result["msg"]) == (True, "missing required arguments: num_nodes found in internal -> nodes")
     assert slurm_cli.calls == []
+
+
+def test_a_nodes_request_without_its_names_is_refused(slurm_cli, clock, tmp_path):
+    request = nodes_request(tmp_path)
+    del request["nodes"]["names"]
+    outcome = run_module(request)
+    assert (outcome.failed, outcome.result["msg"]) == (True, "missing required arguments: names found in internal -> nodes")
+    assert slurm_cli.calls == []
+
+
+def test_a_sinfo_that_fails_refuses_the_launch_before_anything_is_staged(slurm_cli, clock, tmp_path):
+    slurm_cli.answer(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%c|%G"], rc=1, err="sinfo: error: Access/permission denied\n")
+    outcome = run_module(nodes_request(tmp_path))
+    assert (outcome.failed, outcome.result["msg"]) == (True, "sinfo failed: sinfo: error: Access/permission denied")
+    assert list((tmp_path / "jobs").iterdir()) == []
