@@ -80,3 +80,19 @@ def test_a_slice_showing_another_log_than_the_last_starts_at_its_tail(slurm_cli,
                 "owner": {"uid": 0, "user": "root", "name": "train-ddp"}}
     result = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60, "progress_from": previous}).result
     assert result["progress"]["log_lines"] == ["aaaa", "bbbb"]
+
+
+def test_lines_written_between_two_slices_end_the_next_at_its_first_look_at_the_log(slurm_cli, clock, tmp_path,
+                                                                                  job_output):
+    log = tmp_path / "train-ddp-1234.out"
+    log.write_text("step 0\n")
+    slurm_cli.answer(SCONTROL, out=job_output("running", run_dir=str(tmp_path)))
+    first = run_module({"job_id": 1234, "return_on_change": True, "timeout": 1, "poll_min": 10}).result
+    assert first["timed_out"] is True and first["progress"]["log_lines"] == ["step 0"]
+    with log.open("a") as out:
+        out.write("step 1\n")  # while the controller shows the slice's answer
+    clock.sleeps.clear()
+    result = run_module({"job_id": 1234, "return_on_change": True, "timeout": 60, "poll_min": 10,
+                         "progress_from": first["progress"]}).result
+    assert clock.sleeps == [2.0] and result["progress"]["log_lines"] == ["step 1"]
+    assert len(slurm_cli.calls) == 1, "the job as the last slice saw it: Slurm is not asked"
