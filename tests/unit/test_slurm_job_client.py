@@ -42,3 +42,10 @@ def test_with_accounting_yes_an_sacct_that_does_not_answer_is_retried_then_fails
     with pytest.raises(slurm_job.SlurmCommandError):
         slurm_job.SlurmClient(module).cost_attempts(7)
     assert len(module.asked) > 1 and clock.sleeps
+
+
+def test_an_sacct_answer_that_cannot_be_read_leaves_the_cost_out(clock):
+    # Fields other than those asked for (a site's sacct wrapper, say): no cost rather than a wrong one.
+    module = Answering((0, "7|COMPLETED|30\n", ""))
+    assert slurm_job.SlurmClient(module).cost_attempts(7) is None
+    assert len(module.asked) == 1

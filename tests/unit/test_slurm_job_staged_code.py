@@ -1,7 +1,11 @@
-"""library/slurm_job.py launching a job whose code it stages (code_hash): the code sent once, then
-found in place by the next launch of the job name, which is submitted without sending it again."""
+"""library/slurm_job.py staging a launch: the code (code_hash) sent once, then found in place by
+the next launch of the job name; a script it did not stage left alone; a staging that fails on
+the NAS named."""
+
+import pytest
 
 from ansible_collections.hpc.slurm_train.plugins.action import slurm_job as staging
+from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
 from test_slurm_job_module import (  # noqa: F401
     SCONTROL, STAGED_SCRIPT, clock, job_output, run_module, slurm_cli, staged_request,
 )
@@ -29,3 +33,27 @@ def test_code_already_staged_is_not_sent_again_and_the_next_job_is_submitted(slu
     staged = outcome.result["staged"]
     assert (staged["run_id"], staged["resumed"], staged["code_present"], staged["code_copied"]) == (1, True, True, False)
     assert (outcome.failed, outcome.result["submitted"], outcome.result["job_id"]) == (False, True, 1240)
+
+
+def test_a_script_the_module_did_not_stage_gets_no_kept_copy_beside_it(slurm_cli, clock, tmp_path, job_output):
+    # Only a staged run's directory keeps each job's script under the job's own name.
+    script = tmp_path / "train-ddp.sbatch"
+    script.write_text(STAGED_SCRIPT)
+    slurm_cli.answer(["sbatch"], out="1234\n")
+    slurm_cli.answer(SCONTROL, out=job_output("pending_resources"))
+    outcome = run_module({"script": str(script), "job_name": "train-ddp", "force": True, "wait": False})
+    assert (outcome.failed, outcome.result["submitted"]) == (False, True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["train-ddp.sbatch"]
+
+
+@pytest.mark.parametrize("filename", ["/nas/jobs/root/train-ddp/runs/1/train-ddp.sbatch", None])
+def test_a_staging_that_fails_on_the_nas_names_the_file_or_the_jobs_directory(slurm_cli, clock, tmp_path,
+                                                                             monkeypatch, filename):
+    def full(params, check_mode, known):
+        raise OSError(28, "No space left on device", filename)
+
+    monkeypatch.setattr(slurm_job, "stage", full)
+    outcome = run_module(staged_request(tmp_path))
+    assert (outcome.failed, outcome.result["msg"]) == (
+        True, f"{filename or tmp_path / 'jobs'}: No space left on device")
+    assert slurm_cli.calls == []
