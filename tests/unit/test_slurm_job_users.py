@@ -202,3 +202,22 @@ def test_in_auto_mode_an_accounting_that_does_not_answer_the_owner_question_is_a
         "job 1234: neither slurmctld nor accounting says whose job it is (sacct failed: sacct: error: slurmdbd: "
         "Socket timed out on send/recv operation): only root or a Slurm operator may follow, collect or cancel it")
     assert owners.argvs == [OWNER, ACCOUNTING_OWNER, SCONTROL, SACCTMGR]
+
+
+def test_an_operator_reads_another_users_log_inside_the_jobs_directory(owners, clock, as_bob, job_output, tmp_path,
+                                                                      monkeypatch):
+    # bob, an operator, follows alice's job: her log is read through run_records/alice/, each step hers.
+    if os.getuid() != 0:  # as_bob stands in for geteuid only
+        pytest.skip("making alice's files needs root")
+    run_dir = tmp_path / "jobs" / "alice" / "train-ddp" / "runs" / "1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "train-ddp-1234.out").write_text("step 1\nstep 2\n")
+    for path in (tmp_path / "jobs" / "alice", run_dir.parent.parent, run_dir.parent, run_dir,
+                 run_dir / "train-ddp-1234.out"):
+        os.chown(path, 2001, 2001)
+    owners.answer(OWNER, out="2001|train-ddp\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running", run_dir=str(run_dir)), "alice", 2001))
+    owners.answer(SACCTMGR, out="Operator\n")
+    outcome = run_module({"state": "query", "job_id": 1234, "run_records": str(tmp_path / "jobs")})
+    assert (outcome.failed, outcome.result["user"]) == (False, "alice"), outcome.result.get("msg")
+    assert outcome.result["log_tail"] == ["step 1", "step 2"]
