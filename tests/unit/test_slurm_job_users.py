@@ -221,3 +221,15 @@ def test_an_operator_reads_another_users_log_inside_the_jobs_directory(owners, c
     outcome = run_module({"state": "query", "job_id": 1234, "run_records": str(tmp_path / "jobs")})
     assert (outcome.failed, outcome.result["user"]) == (False, "alice"), outcome.result.get("msg")
     assert outcome.result["log_tail"] == ["step 1", "step 2"]
+
+
+def test_a_job_whose_name_and_squeues_disagree_twice_is_not_taken_for_it(owners, clock, as_bob, job_output):
+    # The id's job and its name as squeue says differ again after the second question: no job is
+    # followed under a name it does not have.
+    owners.answer(OWNER, out="2002|train-ddp-old\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "bob", 2002))
+    owners.answer(OWNER, out="2002|train-ddp-other\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "bob", 2002))
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.failed is True
+    assert outcome.result["msg"].endswith("is not 'train-ddp-other', the name squeue gave (renamed since?)")
