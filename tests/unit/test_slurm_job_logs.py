@@ -80,6 +80,9 @@ def test_a_trailing_cr_waits_for_what_follows_it(tmp_path):
     assert slurm_job.read_new_lines(str(log), 0, 5) == (["one"], 4)
     log.write_bytes(b"one\ntwo\r\nthree\n")
     assert slurm_job.read_new_lines(str(log), 4, 5) == (["two", "three"], 15)
+    # Only the last \r waits: one just before it ended its line.
+    log.write_bytes(b"one\r\r")
+    assert slurm_job.read_new_lines(str(log), 0, 5) == (["one"], 4)
 
 
 def test_an_empty_new_line_is_a_line(tmp_path):
