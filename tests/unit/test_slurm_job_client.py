@@ -4,7 +4,7 @@ look, again only while slurmdbd catches up), with a stand-in module that answers
 import pytest
 
 from ansible_collections.hpc.slurm_train.plugins.modules import slurm_job
-from test_slurm_job_module import clock  # noqa: F401
+from test_slurm_job_module import clock, job_output, run_module, slurm_cli  # noqa: F401
 
 ATTEMPT = "7|7|{state}|30|cpu=2,gres/gpu=4|2026-12-07T10:00:00|2026-12-07T10:00:01\n"
 
@@ -49,3 +49,11 @@ def test_an_sacct_answer_that_cannot_be_read_leaves_the_cost_out(clock):
     module = Answering((0, "7|COMPLETED|30\n", ""))
     assert slurm_job.SlurmClient(module).cost_attempts(7) is None
     assert len(module.asked) == 1
+
+
+def test_a_federated_jobs_owner_is_asked_through_the_federation(slurm_cli, clock, job_output):
+    # 2**26 and above carry a federation's cluster id: no --local, for the owner question as for scontrol.
+    job_id = 1 << 26
+    slurm_cli.answer(["scontrol", "show", "job", "-o", str(job_id)], out=job_output("running", job_id=job_id))
+    assert run_module({"job_id": job_id, "wait": False}).result["state"] == "RUNNING"
+    assert slurm_cli.identity_calls == [["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%U|%j"]]

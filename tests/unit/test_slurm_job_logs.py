@@ -71,6 +71,8 @@ def test_the_tail_shows_no_head_less_line_where_the_scan_began(tmp_path, monkeyp
     log = tmp_path / "job.out"
     log.write_bytes(b"aaaaaaaaaa\nbb\ncc\n")  # the scan's 10 bytes begin inside the a's
     assert slurm_job.read_log_tail(str(log), 5) == ["bb", "cc"]
+    log.write_bytes(b"aaaaaaaaaa\nbbb\n")  # one whole line after the head-less one
+    assert slurm_job.read_log_tail(str(log), 5) == ["bbb"]
 
 
 def test_a_trailing_cr_waits_for_what_follows_it(tmp_path):
