@@ -938,8 +938,8 @@ def propose_site_settings(
         speed = next((iface.get("speed") for iface in interfaces if iface["name"] == name), None)
         if proposed["NCCL_IB_DISABLE"] == "1" and gpus and speed and 0 < speed < SLOW_SOCKET_MBPS:
             warnings.append(f"NCCL_IB_DISABLE=1 (no usable RDMA port): all of NCCL's traffic goes over {name}, "
-                            f"a {speed // 1000 if speed >= 1000 else speed / 1000:g} Gb/s interface, below "
-                            f"{SLOW_SOCKET_MBPS // 1000} Gb/s: a multi-node training will crawl; give the nodes an "
+                            f"a {speed / 1000:g} Gb/s interface, below "
+                            f"{SLOW_SOCKET_MBPS / 1000:g} Gb/s: a multi-node training will crawl; give the nodes an "
                             "RDMA fabric or a faster interface (nccl_env_overrides: NCCL_SOCKET_IFNAME).")
     else:
         warnings.append(f"NCCL_SOCKET_IFNAME left unset: {why}.")

@@ -338,3 +338,79 @@ def test_a_state_dir_reached_through_a_link_is_refused_before_anything_is_made(t
     with pytest.raises(lc.ClusterError, match=f"is reached through a link: {tmp_path / 'lib'} -> {tmp_path / 'bobs'}"):
         lc.up(SimpleNamespace(state=state), accounting=False)
     assert sorted(path.name for path in (tmp_path / "bobs").iterdir()) == ["local"]
+
+
+# --- login and NAS hosts ------------------------------------------------------------
+
+
+def test_every_hosts_etc_hosts_names_the_nodes_then_the_login_and_nas_hosts(inventory, monkeypatch):
+    monkeypatch.setattr(lc.socket, "gethostname", lambda: "controller")
+    p = plan()
+    assert [(n.name, str(n.address), n.netns) for n in p.services] == [
+        ("login01", "10.77.0.100", "local-login01"), ("nas01", "10.77.0.101", "local-nas01")]
+    for host in (p.nodes[0], p.services[0]):
+        assert lc.node_etc_files(p, host)["hosts"] == (
+            "127.0.0.1\tlocalhost\n10.77.0.1\tcontroller\n10.77.0.110\tnode110\n10.77.0.111\tnode111\n"
+            "10.77.0.100\tlogin01\n10.77.0.101\tnas01\n")
+
+
+def test_a_login_host_gets_no_stand_in_gpus_and_no_pam_slurm_adopt(inventory):
+    p = plan()
+    node, login = p.nodes[0], p.services[0]
+    assert {"local-cluster/standin-gpus.json", "pam.d/sshd"} <= set(lc.node_etc_files(p, node))
+    files = lc.node_etc_files(p, login)
+    assert "local-cluster/standin-gpus.json" not in files and "pam.d/sshd" not in files
+    assert (login.gpus, login.gpu_files) == (0, [])
+
+
+def test_status_lists_login_and_nas_hosts_without_gpus_or_cpus(inventory):
+    # A cluster never brought up: nothing runs and no record is read.
+    for host in ("node110", "node111"):
+        inventory["_meta"]["hostvars"][host]["local_cluster_state_dir"] = "/var/lib/ansible-slurm-train/never-up"
+    report = lc.status_report(plan())
+    assert report["up"] is False
+    assert [(n["name"], n["gpus"], n["cpus"]) for n in report["nodes"]] == [
+        ("node110", 8, 16), ("node111", 8, 16), ("login01", 0, 0), ("nas01", 0, 0)]
+    assert [s["name"] for s in report["services"]] == ["login01", "nas01"]
+
+
+def test_the_controller_standing_in_as_login_or_nas_host_is_not_built(inventory):
+    hostvars = inventory["_meta"]["hostvars"]
+    hostvars["localhost"] = {**hostvars["login01"]}
+    del hostvars["localhost"]["ansible_host"]
+    hostvars["controller"] = {**hostvars["nas01"], "ansible_connection": "local"}
+    del hostvars["controller"]["ansible_host"]
+    inventory["login"]["hosts"].append("localhost")
+    inventory["nas"]["hosts"].append("controller")
+    assert [n.name for n in plan().services] == ["login01", "nas01"]
+
+
+@pytest.mark.parametrize("users", [["Alice"], ["alice", 7], "alice", ["alice bob"]])
+def test_users_that_are_no_list_of_user_names_are_refused(inventory, users):
+    for host in ("node110", "node111"):
+        inventory["_meta"]["hostvars"][host]["local_cluster_users"] = users
+    refused(f"local_cluster_users={users!r}: give a list of user names (lower-case letters, digits, '_' and '-', "
+            "starting with a letter or '_')")
+
+
+@pytest.mark.parametrize("owner", ["NAS", "nas admin", 2000])
+def test_a_nas_owner_that_is_no_user_name_is_refused(inventory, owner):
+    for host in ("node110", "node111"):
+        inventory["_meta"]["hostvars"][host]["cluster_nas_owner"] = owner
+    refused(f"cluster_nas_owner={owner!r}: give a user name (lower-case letters, digits, '_' and '-')")
+
+
+@pytest.mark.parametrize("users", [["alice", "root"], ["nasadmin", "bob"]])
+def test_root_or_the_nas_owner_among_the_users_is_refused(inventory, users):
+    for host in ("node110", "node111"):
+        inventory["_meta"]["hostvars"][host]["local_cluster_users"] = users
+    refused(f"local_cluster_users={users!r}: list ordinary users only, not root or the NAS owner nasadmin")
+
+
+@pytest.mark.parametrize("state", ["/tmp/lc/local", str(lc.REPO), str(lc.REPO / "state")])
+def test_a_state_dir_the_hosts_cannot_see_is_refused(inventory, state):
+    for host in ("node110", "node111"):
+        inventory["_meta"]["hostvars"][host]["local_cluster_state_dir"] = state
+    hidden = "/tmp" if state.startswith("/tmp/") else str(lc.REPO)
+    refused(f"local_cluster_state_dir {state} is under {hidden}, which the cluster's hosts do not see (it is "
+            "the controller's); use a directory such as /var/lib/ansible-slurm-train/<name>")

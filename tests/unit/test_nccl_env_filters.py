@@ -115,6 +115,29 @@ def test_the_example_inventorys_and_field_notes_risky_settings_are_warned_about(
     assert facts.setting_warnings({"NCCL_IB_TIMEOUT": "20", "NCCL_NET_GDR_LEVEL": "PHB"}) == []
 
 
+@pytest.mark.parametrize("value, minutes", [("24", 9), ("25", 18), ("26", 37)])
+def test_a_long_ib_timeout_is_told_as_the_stall_of_all_eight_tries(value, minutes):
+    # The first try and NCCL's 7 retries, each 4.096 us * 2^value.
+    wait = 4.096e-6 * 2 ** int(value)
+    assert facts.setting_warnings({"NCCL_IB_TIMEOUT": value}) == [
+        f"NCCL_IB_TIMEOUT={value}: each of the 7 retries waits {wait:.0f} s (4.096 us * 2^{value}), so a lost link "
+        f"stalls the job about {minutes} min before NCCL reports it; NCCL's default is 20 (4.3 s)."]
+
+
+@pytest.mark.parametrize("key", ["NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL"])
+def test_a_level_nccl_reads_as_an_old_number_is_warned_about(key):
+    # NCCL (src/graph/paths.cc, ncclGetLevel): a value whose first character is a digit is an old
+    # level, read with strtol(str, NULL, 0), so 0x2 is level 2 too.
+    for value in ("2", "0x2"):
+        assert facts.setting_warnings({key: value}) == [
+            f"{key}={value}: the numeric form is deprecated (NCCL maps it to a path type); write LOC, NVL, PIX, PXB, "
+            "PXN, PHB or SYS (NCCL documentation, Environment Variables)."]
+
+
+def test_ordinary_settings_of_1_get_no_warning():
+    assert facts.setting_warnings({"NCCL_IB_DISABLE": "1", "NCCL_IB_PCI_RELAXED_ORDERING": "1",
+                                   "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}) == []
+
 def test_the_port_rail_plane_form_is_accepted_as_nccl_parses_it():
     n = node("i1", "ib_single", {"ib0": ["10.1.0.1"]}, overrides={"NCCL_IB_HCA": "=mlx5_0:1:0:0"})
     assert problems(n) == []

@@ -339,3 +339,38 @@ def test_a_single_roce_nic_holding_the_cluster_address_stays_the_rdma_port(capsy
     facts = detect(capsys, "roce_v1_v2", {"ens1f0": ["10.10.0.11"]}, "10.10.0.11", nccl_version="2.18.3")
     assert facts["proposed"] == {"NCCL_IB_DISABLE": "0", "NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "=ens1f0"}
     assert "left out" not in facts["reasons"]["NCCL_IB_HCA"]
+
+
+@pytest.mark.parametrize("speed, told", [(1, "0.001"), (100, "0.1"), (1000, "1"), (2500, "2.5"), (24999, "24.999")])
+def test_a_slow_interfaces_speed_is_told_in_gb_s_as_the_link_runs(speed, told):
+    gpu = {"pci_address": "0000:18:00.0", "pci_path": ["0000:15:01.0", "0000:18:00.0"], "numa_node": 0}
+    slow = {"name": "eno1", "operstate": "up", "type": 1, "ipv4": ["10.77.0.5"], "speed": speed, "lower": []}
+    warnings = nccl.propose_site_settings([], [gpu], [slow], [], "RoCE v2", "10.77.0.5")[1]
+    assert warnings == [
+        f"NCCL_IB_DISABLE=1 (no usable RDMA port): all of NCCL's traffic goes over eno1, a {told} Gb/s interface, "
+        "below 25 Gb/s: a multi-node training will crawl; give the nodes an RDMA fabric or a faster interface "
+        "(nccl_env_overrides: NCCL_SOCKET_IFNAME)."]
+
+
+@pytest.mark.parametrize("speed", [25000, -1])
+def test_a_25_gb_s_interface_or_one_of_unknown_speed_is_not_warned_about(speed):
+    # -1: the kernel's SPEED_UNKNOWN, which a driver such as virtio_net reports when it does not know.
+    gpu = {"pci_address": "0000:18:00.0", "pci_path": ["0000:15:01.0", "0000:18:00.0"], "numa_node": 0}
+    iface = {"name": "eno1", "operstate": "up", "type": 1, "ipv4": ["10.77.0.5"], "speed": speed, "lower": []}
+    assert nccl.propose_site_settings([], [gpu], [iface], [], "RoCE v2", "10.77.0.5")[1] == []
+
+
+def efa_like(count):
+    """`count` active EFA-like devices of one port each, link layer Unknown (NCCL's IB transport skips it)."""
+    return [{"name": f"rdmap{n}s0", "pci_path": [], "netdevs": [],
+             "ports": [{"port": 1, "state": "ACTIVE", "active": True, "link_layer": "Unknown", "gids": []}]}
+            for n in range(count)]
+
+
+@pytest.mark.parametrize("count, listed", [
+    (4, "rdmap0s0:1, rdmap1s0:1, rdmap2s0:1, rdmap3s0:1"),
+    (5, "rdmap0s0:1, rdmap1s0:1, rdmap2s0:1, rdmap3s0:1 and 1 more"),
+])
+def test_skipped_ports_are_named_up_to_four_then_counted(count, listed):
+    warnings = nccl.propose_site_settings(efa_like(count), [], [], [], "RoCE v2")[1]
+    assert warnings[0].startswith(f"{listed}: active, of link layer Unknown, which NCCL's IB transport skips")

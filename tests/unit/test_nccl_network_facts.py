@@ -4,6 +4,7 @@ import errno
 import json
 import os
 import socket
+import subprocess
 from pathlib import Path
 
 import ansible.module_utils._internal
@@ -851,12 +852,14 @@ def test_ip_output_gives_each_interfaces_addresses_primary_first():
 
 @pytest.fixture
 def fake_ip(tmp_path, monkeypatch):
-    """A STAND-IN `ip` first on PATH, answering IP_ADDR_OUTPUT (or failing with ``fail``), recording its argv."""
-    def install(fail=False):
+    """A STAND-IN `ip` first on PATH, answering IP_ADDR_OUTPUT (or, given ``fail``, exiting 2 with that
+    text on stderr), recording its argv."""
+    def install(fail=None):
         argv_file = tmp_path / "ip.argv"
         script = tmp_path / "bin" / "ip"
         script.parent.mkdir(exist_ok=True)
-        body = "echo 'Error: something broke' >&2; exit 2" if fail else f"cat <<'OUT'\n{IP_ADDR_OUTPUT}OUT"
+        said = f"echo '{fail}' >&2; " if fail else ""
+        body = f"cat <<'OUT'\n{IP_ADDR_OUTPUT}OUT" if fail is None else f"{said}exit 2"
         script.write_text(f"#!/bin/sh\necho \"$@\" > {argv_file}\n{body}\n")
         script.chmod(0o755)
         monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
@@ -879,10 +882,141 @@ def test_the_nodes_addresses_are_detected_and_the_inventorys_replace_theirs(caps
 
 
 def test_an_ip_that_fails_is_said_and_only_the_given_addresses_count(capsys, fake_ip):
-    fake_ip(fail=True)
+    fake_ip(fail="Error: something broke")
     result = run_module(capsys, sysfs_root=sysfs("no_hca"), detect_ipv4=True, cluster_address="10.0.0.5",
                         ipv4_addresses=IPV4_ADDRESSES["no_hca"])
     shown = [warning["event"]["msg"] for warning in result["warnings"]]
     assert ("ip -o -4 addr show failed (Error: something broke): the node's IPv4 addresses were not "
             "detected.") in shown, shown
     assert result["ansible_facts"]["nccl_network"]["proposed"]["NCCL_SOCKET_IFNAME"] == "=eth0"
+
+
+def test_an_address_line_is_read_from_its_first_four_fields_and_other_lines_are_skipped():
+    # The address is the fourth field whatever follows it; a line cut short, or one of another
+    # family (`ip -o addr show` without -4), gives no address.
+    assert nccl.parse_ip_ipv4("3: eth1    inet 10.0.1.5/24\n") == {"eth1": ["10.0.1.5"]}
+    assert nccl.parse_ip_ipv4("3: eth1    inet\n"
+                              "3: eth1    inet6 fe80::1/64 scope link \\       valid_lft forever\n"
+                              "3: eth1    link/ether 0a:0b:0c:0d:0e:0f brd ff:ff:ff:ff:ff:ff\n") == {}
+
+
+def test_an_ip_that_fails_without_a_word_is_said_with_its_exit_status(capsys, fake_ip):
+    fake_ip(fail="")
+    result = run_module(capsys, sysfs_root=sysfs("no_hca"), detect_ipv4=True)
+    shown = [warning["event"]["msg"] for warning in result["warnings"]]
+    assert "ip -o -4 addr show failed (exit 2): the node's IPv4 addresses were not detected." in shown, shown
+
+
+def test_without_detect_ipv4_the_module_asks_ip_nothing(capsys, fake_ip):
+    argv = fake_ip()
+    result = run_module(capsys, sysfs_root=sysfs("no_hca"), ipv4_addresses={"eth0": ["10.9.9.9"]})
+    assert not argv.exists()
+    interfaces = {iface["name"]: iface["ipv4"] for iface in result["ansible_facts"]["nccl_network"]["interfaces"]}
+    assert interfaces["eth0"] == ["10.9.9.9"]
+
+
+@pytest.mark.parametrize("address, link_local", [("169.254.3.1", True), ("10.77.0.110", False),
+                                                 ("fe80::1", True), ("eth0", False)])
+def test_only_a_169_254_or_fe80_address_is_link_local(address, link_local):
+    assert nccl.is_link_local(address) is link_local
+
+
+class FakeRunner:
+    """AnsibleModule.run_command, enough of it: runs argv, (rc, stdout, stderr)."""
+
+    def run_command(self, argv, environ_update=None):
+        done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **(environ_update or {})})
+        return done.returncode, done.stdout, done.stderr
+
+
+def fake_torch(prefix, script):
+    (prefix / "bin").mkdir(exist_ok=True)
+    python = prefix / "bin" / "python"
+    python.write_text("#!/bin/sh\n" + script)
+    python.chmod(0o755)
+
+
+def test_torchs_nccl_version_is_its_last_line_of_output(tmp_path):
+    # torch may print a warning (a CUDA driver too old, say) on stdout before the answer.
+    fake_torch(tmp_path, "echo 'UserWarning: CUDA initialization: driver too old'\necho 2.21.5\n")
+    assert nccl.torch_nccl_version(FakeRunner(), str(tmp_path)) == "2.21.5"
+
+
+@pytest.mark.parametrize("script", ["exit 0\n", "echo 2.21.5; exit 1\n"])
+def test_a_torch_that_prints_nothing_or_fails_gives_no_version(tmp_path, script):
+    fake_torch(tmp_path, script)
+    assert nccl.torch_nccl_version(FakeRunner(), str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("hca_path, gpu_path, hops", [
+    # PIX: one hop down from the shared switch port on each side.
+    ([RP, SW_UP, SW_DN_A, "0000:18:00.0"], [RP, SW_UP, SW_DN_A, "0000:18:00.1"], 2),
+    # PXB: parted below the switch's upstream port, two hops each side.
+    ([RP, SW_UP, SW_DN_A, "0000:18:00.0"], [RP, SW_UP, SW_DN_B, "0000:19:00.0"], 4),
+    # The HCA a level deeper behind its own switch: one hop more on its side only.
+    ([RP, SW_UP, SW_DN_A, "0000:18:00.0", "0000:19:00.0"], [RP, SW_UP, SW_DN_B, "0000:1a:00.0"], 5),
+])
+def test_the_pci_distance_counts_the_hops_along_both_paths_from_where_they_part(hca_path, gpu_path, hops):
+    assert nccl.pci_distance(hca_path, gpu_path) == hops
+    assert nccl.pci_distance(gpu_path, hca_path) == hops
+
+
+def test_an_hca_whose_netdev_is_bonded_into_the_cluster_interface_is_left_out():
+    # IPoIB bonding (InfiniBand: no RoCE GID names the bond): the storage HCA mlx5_1's ib1 is a
+    # lower device of bond0, which holds the node's address; the rail mlx5_0 stays.
+    rail = dict(hca("mlx5_0", [RP, SW_UP, SW_DN_B, "0000:19:00.0"], port("InfiniBand")), netdevs=["ib0"])
+    storage = dict(hca("mlx5_1", ["0000:9a:01.0", "0000:9b:00.0"], port("InfiniBand")), netdevs=["ib1"])
+    bond = dict(up("bond0", "10.77.0.110"), lower=["ib1"])
+    proposed, _warnings, reasons, _faults = nccl.propose_site_settings(
+        [rail, storage], [GPU], [bond], [], "RoCE v2", "10.77.0.110")
+    assert proposed["NCCL_IB_HCA"] == "=mlx5_0:1" and proposed["NCCL_SOCKET_IFNAME"] == "=bond0"
+    assert reasons["NCCL_IB_HCA"].endswith("; mlx5_1 left out: its netdev holds the cluster interface bond0")
+
+
+def test_a_gpu_of_unknown_numa_node_does_not_hide_the_next_gpus_hca():
+    # No PCIe switch shared (GB200-like: each GPU its own root complex); the first GPU's NUMA node
+    # is unreadable (-1), the second's is 1, where the one HCA sits.
+    gpus = [{"pci_address": "0000:01:00.0", "pci_path": ["0000:00:01.0", "0000:01:00.0"], "numa_node": -1},
+            {"pci_address": "0000:81:00.0", "pci_path": ["0000:80:01.0", "0000:81:00.0"], "numa_node": 1}]
+    near = dict(hca("mlx5_0", ["0000:90:01.0", "0000:91:00.0"], port("InfiniBand")), numa_node=1)
+    ports, reason, how = nccl.compute_fabric([near], gpus)
+    assert ([name for name, _port in ports], reason, how) == (["mlx5_0"], None, "numa")
+    proposed, _warnings, reasons, faults = nccl.propose_site_settings([near], gpus, [], [], "RoCE v2")
+    assert proposed["NCCL_IB_HCA"] == "=mlx5_0:1"
+    assert reasons["NCCL_IB_HCA"] == ("the InfiniBand ports of the HCAs on each GPU's NUMA node (no HCA shares a "
+                                      "PCIe switch with a GPU)")
+    assert faults == []
+
+
+def test_of_two_interfaces_holding_the_cluster_address_the_first_is_taken():
+    # The address on a bond and, during a migration, still on one of its ports: interfaces come in
+    # the order read_interfaces lists them, and the first holding it is the one.
+    interfaces = [up("bond0", "10.77.0.110"), up("eno1", "10.77.0.110")]
+    assert nccl.cluster_interface(interfaces, [], "10.77.0.110", None) == (
+        "bond0", "it holds the node's cluster address 10.77.0.110")
+
+
+def test_a_socket_ifname_override_matching_two_interfaces_is_warned_about():
+    interfaces = [up("eth0", "10.0.0.5"), up("eth1", "10.0.1.5"), up("ib0", "10.1.0.5")]
+    assert nccl.override_warnings({"NCCL_SOCKET_IFNAME": "eth"}, [], interfaces) == [
+        "NCCL_SOCKET_IFNAME=eth: without '=' NCCL takes eth as a prefix, which matches eth0, eth1 here; write "
+        "=eth... for exact names."]
+    assert nccl.override_warnings({"NCCL_SOCKET_IFNAME": "ib"}, [], interfaces) == []
+
+
+def test_an_override_entry_with_a_space_does_not_hide_the_entries_after_it():
+    hcas = [hca(name, [], port("InfiniBand")) for name in ("mlx5_0", "mlx5_1", "mlx5_10")]
+    assert nccl.override_warnings({"NCCL_IB_HCA": "mlx5_0 ,mlx5_1"}, hcas, []) == [
+        "NCCL_IB_HCA=mlx5_0 ,mlx5_1: without '=' NCCL takes mlx5_1 as a prefix, which matches mlx5_1, mlx5_10 "
+        "here; write =mlx5_1... for exact names."]
+
+
+def test_a_conf_path_not_written_yet_keeps_nothing(capsys, tmp_path):
+    facts = run_module(capsys, sysfs_root=sysfs("ib_single"), conf_path=str(tmp_path / "nccl.conf"))
+    assert facts["ansible_facts"]["nccl_network"]["kept"] == {} and not facts.get("failed")
+
+
+def test_a_conf_path_that_cannot_be_read_fails_naming_it(capsys, tmp_path):
+    result = run_module(capsys, sysfs_root=sysfs("ib_single"), conf_path=str(tmp_path))
+    assert result["failed"] is True
+    assert result["msg"] == f"conf_path {tmp_path}: [Errno 21] Is a directory: '{tmp_path}'"

@@ -144,3 +144,92 @@ def test_progress_log_lines_may_be_zero_but_not_negative(slurm_cli, clock, job_o
     slurm_cli.answer(SCONTROL, out=job_output("completed"))
     outcome = run_module({"state": "query", "job_id": 1234, "progress_log_lines": 0})
     assert (outcome.failed, outcome.result["state"]) == (False, "COMPLETED")
+
+
+def test_an_owner_nobody_can_tell_is_refused_saying_why_accounting_could_not(owners, clock, as_bob, job_output):
+    owners.answer(OWNER, rc=1, err="slurm_load_jobs error: Invalid job id specified\n")
+    owners.answer(ACCOUNTING_OWNER, rc=1, err="sacct: error: Slurm accounting storage is disabled\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("completed"), "bob", 2002))
+    owners.answer(SACCTMGR, out="None\n")
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.result["msg"] == (
+        "job 1234: neither slurmctld nor accounting says whose job it is (sacct failed: sacct: error: Slurm accounting "
+        "storage is disabled): only root or a Slurm operator may follow, collect or cancel it")
+
+
+def test_an_owner_accounting_does_not_record_is_refused_saying_so(owners, clock, as_bob, job_output):
+    owners.answer(OWNER, rc=1, err="slurm_load_jobs error: Invalid job id specified\n")
+    owners.answer(ACCOUNTING_OWNER, out="")
+    owners.answer(SCONTROL, out=owned_by(job_output("completed"), "bob", 2002))
+    owners.answer(SACCTMGR, out="None\n")
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.result["msg"] == (
+        "job 1234: neither slurmctld nor accounting says whose job it is (no owner recorded): only root or a Slurm "
+        "operator may follow, collect or cancel it")
+
+
+def test_root_may_act_on_another_users_job_without_asking_sacctmgr(owners, clock, monkeypatch, job_output):
+    monkeypatch.setattr(slurm_job.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(slurm_job.pwd, "getpwuid", lambda uid: SimpleNamespace(pw_name={0: "root", 2001: "alice"}[uid]))
+    owners.answer(OWNER, out="2001|train-ddp\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "alice", 2001))
+    owners.answer(SCANCEL)
+    owners.answer(SCONTROL, out=owned_by(job_output("cancelled"), "alice", 2001))
+    outcome = run_module({"state": "absent", "job_id": 1234})
+    assert (outcome.failed, outcome.result["state"], outcome.result["user"]) == (False, "CANCELLED", "alice")
+    assert owners.argvs == [OWNER, SCONTROL, SCANCEL, SCONTROL]
+
+
+def test_a_job_renamed_after_its_owner_was_asked_is_asked_about_again(owners, clock, as_bob, job_output):
+    # `scontrol update JobName=` between the owner question and the look: the name no longer matches.
+    owners.answer(OWNER, out="2002|train-ddp-old\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "bob", 2002))
+    owners.answer(OWNER, out="2002|train-ddp\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "bob", 2002))
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert (outcome.failed, outcome.result["state"]) == (False, "RUNNING"), outcome.result.get("msg")
+    assert owners.argvs == [OWNER, SCONTROL, OWNER, SCONTROL]
+
+
+def test_in_auto_mode_an_accounting_that_does_not_answer_the_owner_question_is_asked_once(owners, clock, as_bob,
+                                                                                        job_output):
+    owners.answer(OWNER, rc=1, err="slurm_load_jobs error: Invalid job id specified\n")
+    owners.answer(ACCOUNTING_OWNER, rc=1, err="sacct: error: slurmdbd: Socket timed out on send/recv operation\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("completed"), "bob", 2002))
+    owners.answer(SACCTMGR, out="None\n")
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.result["msg"] == (
+        "job 1234: neither slurmctld nor accounting says whose job it is (sacct failed: sacct: error: slurmdbd: "
+        "Socket timed out on send/recv operation): only root or a Slurm operator may follow, collect or cancel it")
+    assert owners.argvs == [OWNER, ACCOUNTING_OWNER, SCONTROL, SACCTMGR]
+
+
+def test_an_operator_reads_another_users_log_inside_the_jobs_directory(owners, clock, as_bob, job_output, tmp_path,
+                                                                      monkeypatch):
+    # bob, an operator, follows alice's job: her log is read through run_records/alice/, each step hers.
+    if os.getuid() != 0:  # as_bob stands in for geteuid only
+        pytest.skip("making alice's files needs root")
+    run_dir = tmp_path / "jobs" / "alice" / "train-ddp" / "runs" / "1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "train-ddp-1234.out").write_text("step 1\nstep 2\n")
+    for path in (tmp_path / "jobs" / "alice", run_dir.parent.parent, run_dir.parent, run_dir,
+                 run_dir / "train-ddp-1234.out"):
+        os.chown(path, 2001, 2001)
+    owners.answer(OWNER, out="2001|train-ddp\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running", run_dir=str(run_dir)), "alice", 2001))
+    owners.answer(SACCTMGR, out="Operator\n")
+    outcome = run_module({"state": "query", "job_id": 1234, "run_records": str(tmp_path / "jobs")})
+    assert (outcome.failed, outcome.result["user"]) == (False, "alice"), outcome.result.get("msg")
+    assert outcome.result["log_tail"] == ["step 1", "step 2"]
+
+
+def test_a_job_whose_name_and_squeues_disagree_twice_is_not_taken_for_it(owners, clock, as_bob, job_output):
+    # The id's job and its name as squeue says differ again after the second question: no job is
+    # followed under a name it does not have.
+    owners.answer(OWNER, out="2002|train-ddp-old\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "bob", 2002))
+    owners.answer(OWNER, out="2002|train-ddp-other\n")
+    owners.answer(SCONTROL, out=owned_by(job_output("running"), "bob", 2002))
+    outcome = run_module({"state": "query", "job_id": 1234})
+    assert outcome.failed is True
+    assert outcome.result["msg"].endswith("is not 'train-ddp-other', the name squeue gave (renamed since?)")
