@@ -125,7 +125,7 @@ def test_the_cost_joins_the_job_scripts_own_record_of_each_attempt(slurm_cli, cl
                                               "hang\t0\t1700000100\tnode111\t42\t-\n")
     cost = run_module({"job_id": 1234}).result["cost"]
     assert [attempt.get("hang") for attempt in cost["attempts"]] == [
-        {"time": 1700000100, "suspect_nodes": ["node111"], "step": 42, "stack_dumps": []}]
+        {"time": 1700000100, "suspect_nodes": ["node111"], "step": 42, "stack_dumps": [], "flight_recorder_dumps": []}]
 
 
 def test_a_sweep_only_accounting_remembers_has_each_points_own_record_in_its_cost(slurm_cli, clock, tmp_path,
@@ -146,7 +146,8 @@ def test_a_sweep_only_accounting_remembers_has_each_points_own_record_in_its_cos
                                                               "hang\t0\t1700000100\trec1\t42\t-\n")
     cost = run_module({"state": "query", "job_id": 5}).result["cost"]
     assert [(attempt["job_id"], attempt.get("hang")) for attempt in cost["attempts"]] == [
-        (6, None), (7, {"time": 1700000100, "suspect_nodes": ["rec1"], "step": 42, "stack_dumps": []})]
+        (6, None), (7, {"time": 1700000100, "suspect_nodes": ["rec1"], "step": 42, "stack_dumps": [],
+                        "flight_recorder_dumps": []})]
 
 
 def test_the_job_scripts_record_is_read_up_to_its_first_64_kib(slurm_cli, clock, tmp_path, job_output):
@@ -203,7 +204,8 @@ def test_an_arrays_cost_without_accounting_has_each_points_own_record(slurm_cli,
                      .replace("/var/lib/ansible-slurm-train/local/nas/jobs/alice/arrtest", str(tmp_path)))
     cost = run_module({"state": "query", "job_id": 5}).result["cost"]
     assert [(attempt["job_id"], attempt.get("hang")) for attempt in cost["attempts"]] == [
-        (8, {"time": 1700000100, "suspect_nodes": ["rec1"], "step": 42, "stack_dumps": []})]
+        (8, {"time": 1700000100, "suspect_nodes": ["rec1"], "step": 42, "stack_dumps": [],
+             "flight_recorder_dumps": []})]
 
 
 def test_an_arrays_cost_takes_each_tasks_end_from_slurmctld_rather_than_wait_for_slurmdbd(
