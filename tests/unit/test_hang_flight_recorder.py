@@ -217,14 +217,15 @@ def test_the_kept_dumps_are_named_as_torchfrtrace_reads_them(tmp_path):
     assert sorted(detail["rank"] for detail in details.values()) == [0, 3]
 
 
-def test_the_job_script_turns_the_recorder_on_unless_a_site_or_user_set_it():
+def test_the_job_script_dumps_on_timeout_unless_a_site_or_user_said_otherwise_and_leaves_the_buffer_to_torch():
     for hang_minutes in (0, 30):
         lines = render(job(hang_minutes=hang_minutes, hang_dump="/d/hang_dump.py")).splitlines()
-        assert 'export TORCH_NCCL_TRACE_BUFFER_SIZE="${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}"' in lines
         assert 'export TORCH_NCCL_DUMP_ON_TIMEOUT="${TORCH_NCCL_DUMP_ON_TIMEOUT:-1}"' in lines
+        # PyTorch 2.13 records 2000 by default and warns on every rank of its old name's use.
+        assert not [line for line in lines if line.startswith("export") and "BUFFER_SIZE" in line], lines
     script = render(job())
-    # After the node group's NCCL env file and the launch's env, which may set either.
-    assert script.index("TORCH_NCCL_TRACE_BUFFER_SIZE=") > script.index("source /starmap/nas/env/nccl-gpu_A6000.sh")
+    # After the node group's NCCL env file and the launch's env, which may set it.
+    assert script.index("TORCH_NCCL_DUMP_ON_TIMEOUT=") > script.index("source /starmap/nas/env/nccl-gpu_A6000.sh")
 
 
 # A training of one worker with real torchrun (torch from this virtualenv) on gloo: the recorder's
