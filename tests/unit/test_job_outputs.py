@@ -428,3 +428,44 @@ def test_a_gate_record_is_shown_made_visible_and_without_its_line_by_its_verdict
 def test_a_job_without_the_gate_has_no_health_rows(tmp_path, nas):
     _, _, _, shown = collect(tmp_path, finished(nas))
     assert not [line for line in shown.lines if line.startswith("health")]
+
+
+def test_a_hang_row_names_the_step_the_suspects_the_stacks_and_the_flight_recorder_where_there_are_any():
+    hang = {"job_id": 41, "restart": 0, "step": 20, "suspect_nodes": ["node111", "n\x1bx"],
+            "stack_dumps": ["hang-41-0-node110.txt", "hang-41-0-node111.txt"],
+            "flight_recorder_dumps": ["hang-41-0-node111-nccl-rank3"]}
+    assert job_outputs.hang_line(hang) == (
+        "attempt 0 of job 41 HUNG at step 20: suspect node111, n\\x1bx; stacks in hang-41-0-node110.txt, "
+        "hang-41-0-node111.txt; NCCL flight recorder in hang-41-0-node111-nccl-rank3 (the run's directory)")
+    # Step 0 is a step; nothing known is said so, and no recorder is no recorder line.
+    assert job_outputs.hang_line({"job_id": 41, "restart": 1, "step": 0}) == (
+        "attempt 1 of job 41 HUNG at step 0: suspect nodes: none named (the stacks do not tell); stacks in no file "
+        "(the run's directory)")
+    assert job_outputs.hang_line({"job_id": 41, "restart": 1, "step": None, "suspect_nodes": None,
+                                  "stack_dumps": None, "flight_recorder_dumps": None}).startswith(
+        "attempt 1 of job 41 HUNG: suspect nodes: none named")
+
+
+def test_the_run_line_of_a_job_followed_by_id_comes_from_its_log_path():
+    assert job_outputs.run_line(None, {"stdout_path": "/nas/jobs/alice/train/runs/3/train-9.out"}) == "run 3"
+    assert job_outputs.run_line({}, None) == "-"
+    assert job_outputs.run_line({"run_id": 2, "resumed": True, "resumed_step": 0}, {}) == (
+        "resumed run 2 from its checkpoint at step 0")
+
+
+def test_the_code_line_names_the_commit_by_its_first_12_digits_and_says_whether_it_was_dirty():
+    code = {"hash": "82f05475ea357120194a", "files": 3, "copied": True, "git_commit": "6fdcddbf5109abcdef0123"}
+    assert job_outputs.launch_code_line(code) == (
+        "code 82f05475ea357120194a (3 files) copied to the NAS, git 6fdcddbf5109")
+    assert job_outputs.launch_code_line({**code, "copied": False, "git_dirty": True}) == (
+        "code 82f05475ea357120194a (3 files) already on the NAS, not copied, git 6fdcddbf5109 with uncommitted changes")
+
+
+def test_the_failure_names_the_last_gate_that_did_not_pass(tmp_path, nas):
+    first = {**GATE, "summary": "restart 0: requeued: without node111"}
+    last = {**GATE, "restart": 1, "summary": "restart 1: failed: no spare to requeue onto"}
+    job = finished(nas, state="FAILED", outcome="failed", exit_code=94, health=[first, last],
+                   log_tail=["health gate failed (the reasons above): not training"])
+    _, failure, _, _ = collect(tmp_path, job)
+    assert "; health gate: restart 1: failed: no spare to requeue onto; outputs in " in failure.splitlines()[0]
+    assert "restart 0: requeued" not in failure.splitlines()[0]
