@@ -286,3 +286,86 @@ def test_a_large_dump_is_copied_whole(tmp_path, node111):
     finally:
         stop(procs)
     assert recorded(tmp_path, 0).read_bytes() == b"x" * 100_000 + b" of rank 0"
+
+
+def recorder_env(folder, rank, pipe=True):
+    """A worker's variables, as ask_flight_recorders finds them, with its files in ``folder``."""
+    return {"RANK": str(rank), "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{folder}/pipe-" if pipe else "",
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{folder}/trace-"}
+
+
+def test_a_rank_without_a_pipe_does_not_keep_the_later_ranks_from_being_asked(tmp_path):
+    # Rank 0 runs without NCCL (no pipe's name), rank 1 without its pipe made yet, rank 2 with one.
+    os.mkfifo(tmp_path / "pipe-2.pipe")
+    reader = os.open(tmp_path / "pipe-2.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        asked, lines = hang_dump.ask_flight_recorders({10: recorder_env(tmp_path, 0, pipe=False),
+                                                       11: recorder_env(tmp_path, 1), 12: recorder_env(tmp_path, 2)})
+        assert os.read(reader, 128) == b"1"
+    finally:
+        os.close(reader)
+    assert asked == {"2": (f"{tmp_path}/trace-2", None)} and lines == []
+
+
+def test_a_pipe_full_of_unread_requests_is_reported_as_not_asked(tmp_path):
+    # A heartbeat monitor that stopped reading: its pipe fills, and the request cannot go in.
+    pipe = tmp_path / "pipe-0.pipe"
+    os.mkfifo(pipe)
+    reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    writer = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(BlockingIOError):
+            while True:
+                os.write(writer, b"1" * 4096)
+        assert hang_dump._ask(str(pipe)) == "Resource temporarily unavailable"
+    finally:
+        os.close(writer)
+        os.close(reader)
+
+
+def keep(tmp_path, target, seconds):
+    return hang_dump.keep_flight_recorders({"0": (str(target), None)}, JOB_ID, 0, "node111", str(tmp_path),
+                                           time.monotonic() + seconds)
+
+
+def test_a_one_byte_dump_is_kept(tmp_path):
+    target = tmp_path / "trace-0"
+    target.write_bytes(b"x")
+    kept, lines = keep(tmp_path, target, 5)
+    assert kept == {"0": recorded(tmp_path, 0).name} and recorded(tmp_path, 0).read_bytes() == b"x"
+    assert lines == [f"# NCCL flight recorder of rank 0: {recorded(tmp_path, 0).name}"]
+
+
+def test_a_dump_file_created_but_still_empty_is_no_dump(tmp_path):
+    # PyTorch's ofstream creates or truncates the file before it writes the trace.
+    target = tmp_path / "trace-0"
+    target.write_bytes(b"")
+    kept, lines = keep(tmp_path, target, 0.5)
+    assert kept == {} and not recorded(tmp_path, 0).exists()
+    assert lines == ["# NCCL flight recorder of rank 0: no dump in time (its NCCL heartbeat monitor did not answer)"]
+
+
+def test_a_dump_still_being_written_is_copied_only_once_it_stops_changing(tmp_path, monkeypatch):
+    target = tmp_path / "trace-0"
+    target.write_bytes(b"first half")
+    waits = []
+
+    def writer_goes_on(seconds):
+        # The rest of the trace is written while the watchdog waits between two looks.
+        if not waits:
+            with open(target, "ab") as out:
+                out.write(b", second half")
+        waits.append(seconds)
+    monkeypatch.setattr(hang_dump.time, "sleep", writer_goes_on)
+    kept, _ = keep(tmp_path, target, 30)
+    assert kept == {"0": recorded(tmp_path, 0).name}
+    assert recorded(tmp_path, 0).read_bytes() == b"first half, second half"
+
+
+def test_a_link_in_place_of_a_dump_is_not_followed(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("not the trace")
+    (tmp_path / "trace-0").symlink_to(secret)
+    with pytest.raises(OSError):
+        hang_dump._copy_private(str(tmp_path / "trace-0"), str(tmp_path / "copy"))
+    assert not (tmp_path / "copy").exists()

@@ -1,6 +1,8 @@
 """The cost ledger (plugins/module_utils/run_cost.py): sacct's attempts joined with the job
 script's own record of each, and the script's record alone without accounting."""
 
+import json
+
 from ansible_collections.hpc.slurm_train.plugins.module_utils import run_cost
 
 # sacct -n -P -D -X -o JobIDRaw,JobID,State,ElapsedRaw,AllocTRES,Eligible,Start of a job requeued
@@ -167,3 +169,39 @@ def test_a_cost_line_of_a_ledger_without_steps_redone_says_none():
     del cost["steps_redone"]
     assert run_cost.cost_line(cost) == ("2.0 CPU-hours over 1 attempt, 0.0 lost, 0 steps redone, time queued "
                                         "unknown (from sacct)")
+
+
+def test_the_scripts_record_is_read_field_by_field_with_each_hang():
+    text = ("start\t0\t1000\t-\t-\t4\t8\n"
+            "hang\t0\t1090\tnode111\t5\thang-41-0-node110.txt,hang-41-0-node111.txt\thang-41-0-node111-nccl-rank1\n"
+            "end\t0\t1100\tfailed\t5\t1080\t6\n"
+            # A hang recorded by a script older than the flight recorder: six fields.
+            "start\t1\t1200\t4\t1080\t4\t8\n"
+            "hang\t1\t1250\t-\t7\thang-41-1-node110.txt\n"
+            # A hang of an attempt whose start is not recorded is no attempt's.
+            "hang\t2\t1300\tnode110\t9\t-\t-\n")
+    assert run_cost.parse_attempts(text) == {
+        0: {"start": {"time": 1000, "step": None, "checkpoint_time": None, "gpus": 4, "cpus": 8},
+            "end": {"time": 1100, "outcome": "failed", "step": 5, "checkpoint_time": 1080, "reached": 6},
+            "hang": {"time": 1090, "suspect_nodes": ["node111"], "step": 5,
+                     "stack_dumps": ["hang-41-0-node110.txt", "hang-41-0-node111.txt"],
+                     "flight_recorder_dumps": ["hang-41-0-node111-nccl-rank1"]}},
+        1: {"start": {"time": 1200, "step": 4, "checkpoint_time": 1080, "gpus": 4, "cpus": 8}, "end": None,
+            "hang": {"time": 1250, "suspect_nodes": [], "step": 7, "stack_dumps": ["hang-41-1-node110.txt"],
+                     "flight_recorder_dumps": []}}}
+    cost = run_cost.ledger({41: run_cost.parse_attempts(text)})
+    assert [attempt.get("hang", {}).get("time") for attempt in cost["attempts"]] == [1090, 1250]
+    assert "hang" not in run_cost.ledger({41: run_cost.parse_attempts(RECORD)})["attempts"][0]
+
+
+def test_only_the_gates_records_are_read_from_the_health_file():
+    good = {"action": "requeue", "restart": 0, "nodes": {"node110": {}}, "named": [{"node": "node110"}]}
+    lines = ['{"action": "requeue", "restart": 0, "nod',  # cut mid-write
+             json.dumps(["not", "a", "record"]),
+             json.dumps({**good, "action": "wait"}),
+             json.dumps({**good, "restart": "0"}),
+             json.dumps({**good, "nodes": []}),
+             json.dumps({**good, "named": {}}),
+             json.dumps(good),
+             json.dumps({**good, "action": "pass", "restart": 1, "named": []})]
+    assert run_cost.parse_health("\n".join(lines) + "\n") == [good, {**good, "action": "pass", "restart": 1, "named": []}]
