@@ -334,3 +334,77 @@ def test_a_users_nccl_conf_is_shown_in_the_nodes_row():
     rows = {row["node"]: row["checks"] for row in preflight.preflight_rows(found, ["n1", "n2"])}
     assert "; /home/alice/.nccl.conf sets NCCL_IB_HCA; reaches" in rows["n1"]
     assert ".nccl.conf" not in rows["n2"]
+
+
+def sized(*rows, node="dgx1"):
+    return {**allreduce(node=node), "results": [{"size": size, "busbw": bw, "wrong": 0} for size, bw in rows]}
+
+
+def test_the_floor_counts_a_row_of_exactly_256_mib_and_not_one_a_byte_smaller():
+    big = 256 * 2**20
+    context = {"gpus_per_node": 8, "min_busbw_gbps": 100}
+    # 20 GB/s (160 Gb/s) at 256 MiB passes though the 1 GiB row ran at 5 GB/s (40 Gb/s).
+    assert preflight.preflight_allreduce_problems(sized((big, 20.0), (4 * big, 5.0)), [dgx_record("dgx1")],
+                                                  context) == []
+    (problem,) = preflight.preflight_allreduce_problems(sized((big - 1, 20.0), (4 * big, 5.0)), [dgx_record("dgx1")],
+                                                        context)
+    assert problem.startswith("the all-reduce's bus bandwidth, 40.0 Gb/s at 1073741824 bytes"), problem
+
+
+def test_without_a_row_of_256_mib_the_largest_size_is_held_against_the_floor():
+    context = {"gpus_per_node": 8, "min_busbw_gbps": 100}
+    (problem,) = preflight.preflight_allreduce_problems(sized((2**20, 20.0), (16 * 2**20, 1.0)), [dgx_record("dgx1")],
+                                                        context)
+    assert problem.startswith("the all-reduce's bus bandwidth, 8.0 Gb/s at 16777216 bytes"), problem
+
+
+def test_a_job_without_gpus_is_not_judged_by_its_nccl_log():
+    for context in ({"gpus_per_node": 0}, {"gpus_per_node": ""}, {}):
+        assert preflight.preflight_allreduce_problems(allreduce(network="Socket", gdrdma=False),
+                                                      [dgx_record("dgx1")], context) == [], context
+
+
+def test_four_active_ports_are_all_named_and_a_fifth_is_an_ellipsis():
+    hcas = _FACTS.read_hcas(str(_SYSFS / "dgx_h100"))
+    for count, tail in ((4, ""), (5, ", ...")):
+        node = dgx_record("dgx1")
+        node["network"] = {**node["network"], "hcas": hcas[:count]}
+        (problem,) = preflight.preflight_allreduce_problems(allreduce(network="Socket", gdrdma=False), [node],
+                                                            GPU_CONTEXT)
+        assert f"active ports (mlx5_0:1, mlx5_1:1, mlx5_2:1, mlx5_3:1{tail}): " in problem, problem
+
+
+def test_virtual_functions_are_no_ports_nccl_should_have_used():
+    node = dgx_record("dgx1")
+    node["network"] = {**node["network"], "hcas": [{**hca, "virtual_function": True}
+                                                   for hca in node["network"]["hcas"]]}
+    assert preflight.preflight_allreduce_problems(allreduce(network="Socket", gdrdma=False), [node],
+                                                  GPU_CONTEXT) == []
+
+
+def test_ib_not_disabled_by_the_job_counts_as_enabled():
+    node = dgx_record("dgx1", job={"NCCL_IB_HCA": "=mlx5_0:1"})
+    (problem,) = preflight.preflight_allreduce_problems(allreduce(network="Socket", gdrdma=False), [node],
+                                                        GPU_CONTEXT)
+    assert "not NET/IB, though NCCL_IB_DISABLE=0 and dgx1 has" in problem, problem
+
+
+def test_rank_0s_net_lines_are_quoted_to_their_last_400_characters():
+    lines = ["NCCL INFO NET/IB : " + "x" * 300, "NCCL INFO Using network Socket", "NCCL INFO NET/Socket : " + "y" * 200]
+    (problem,) = preflight.preflight_allreduce_problems(allreduce(network="Socket", gdrdma=False, lines=lines),
+                                                        [dgx_record("dgx1")], GPU_CONTEXT)
+    said = " | ".join(line for line in lines if "NET/" in line)[-400:]
+    assert f"(rank 0's NCCL: {said}); check" in problem, problem
+    assert len(said) == 400 and "x" * 174 in problem and "x" * 176 not in problem
+
+
+def test_efa_devices_are_named_four_at_most():
+    node = dgx_record("p5", tree="aws_p5", job={"NCCL_IB_DISABLE": "1"})
+    (problem,) = preflight.preflight_allreduce_problems(allreduce(node="p5", network="Socket", gdrdma=False), [node],
+                                                        GPU_CONTEXT)
+    names = [hca["name"] for hca in node["network"]["hcas"]]
+    assert f"does not use ({', '.join(names[:4])}, ...): a net plugin" in problem, problem
+    node["network"] = {**node["network"], "hcas": node["network"]["hcas"][:4]}
+    (problem,) = preflight.preflight_allreduce_problems(allreduce(node="p5", network="Socket", gdrdma=False), [node],
+                                                        GPU_CONTEXT)
+    assert f"does not use ({', '.join(names[:4])}): a net plugin" in problem, problem
