@@ -408,3 +408,22 @@ def test_efa_devices_are_named_four_at_most():
     (problem,) = preflight.preflight_allreduce_problems(allreduce(node="p5", network="Socket", gdrdma=False), [node],
                                                         GPU_CONTEXT)
     assert f"does not use ({', '.join(names[:4])}): a net plugin" in problem, problem
+
+
+def test_a_gpu_job_on_a_cpu_backend_has_no_nccl_log_to_judge():
+    assert preflight.preflight_allreduce_problems(allreduce(backend="gloo"), [dgx_record("dgx1")], GPU_CONTEXT) == []
+
+
+def test_a_nodes_own_nccl_env_overrides_name_it_as_the_odd_one():
+    found = [record("n1", conf={"NCCL_DEBUG": "WARN"}, job={"NCCL_DEBUG": "WARN"}),
+             record("n2", conf={"NCCL_DEBUG": "INFO"}, job={"NCCL_DEBUG": "WARN"})]
+    context = {**CONTEXT, "node_groups": ["g", "g"], "nccl_overrides": {"n2": {"NCCL_DEBUG": "INFO"}}}
+    (problem,) = preflight.preflight_problems(found, ["n1", "n2"], context)
+    assert "n2 is the odd one: its nccl_env_overrides sets NCCL_DEBUG=INFO" in problem, problem
+
+
+def test_the_table_shows_the_first_gpus_driver_and_torch_seeing_none_when_it_reported_no_count():
+    found = [record("n1", gpu={k: v for k, v in gpu(drivers=["535.1", "550.2", "560.3"]).items()
+                               if k != "device_count"})]
+    (row,) = preflight.preflight_rows(found, ["n1"])
+    assert "driver 535.1, 3 GPUs, torch sees 0, CUDA 11.8" in row["checks"], row
