@@ -404,10 +404,12 @@ def test_efa_devices_are_named_four_at_most():
                                                         GPU_CONTEXT)
     names = [hca["name"] for hca in node["network"]["hcas"]]
     assert f"does not use ({', '.join(names[:4])}, ...): a net plugin" in problem, problem
-    node["network"] = {**node["network"], "hcas": node["network"]["hcas"][:4]}
-    (problem,) = preflight.preflight_allreduce_problems(allreduce(node="p5", network="Socket", gdrdma=False), [node],
-                                                        GPU_CONTEXT)
-    assert f"does not use ({', '.join(names[:4])}): a net plugin" in problem, problem
+    hcas = node["network"]["hcas"]
+    for count, tail in ((4, ""), (5, ", ...")):
+        node["network"] = {**node["network"], "hcas": hcas[:count]}
+        (problem,) = preflight.preflight_allreduce_problems(allreduce(node="p5", network="Socket", gdrdma=False),
+                                                            [node], GPU_CONTEXT)
+        assert f"does not use ({', '.join(names[:4])}{tail}): a net plugin" in problem, problem
 
 
 def test_a_gpu_job_on_a_cpu_backend_has_no_nccl_log_to_judge():
