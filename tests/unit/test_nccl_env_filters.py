@@ -85,6 +85,9 @@ def test_exact_and_prefix_matches_follow_nccl_syntax():
                                              "splits at ',' only and keeps it, so the entry matches nothing; write "
                                              "=mlx5_0:1,mlx5_3:1"),
     ({"NCCL_IB_HCA": "mlx5_0:one"}, "mlx5_0:one is no hca:port[:rail:plane] with numbers"),
+    ({"NCCL_IB_HCA": "mlx5_0:1:r0"}, "NCCL_IB_HCA=mlx5_0:1:r0: mlx5_0:1:r0 is no hca:port[:rail:plane] with numbers"),
+    # Without NCCL_IB_HCA the interface list is still read entry by entry.
+    ({"NCCL_SOCKET_IFNAME": "=eth0, eth1"}, "NCCL_SOCKET_IFNAME==eth0, eth1 has a space in ' eth1'"),
     ({"NCCL_IB_DISABLE": "yes"}, "NCCL_IB_DISABLE=yes; use 1 (sockets only) or 0"),
     ({"nccl_debug": "INFO"}, "'nccl_debug' is no environment variable name"),
     ({"NCCL_DEBUG": "INFO\nNCCL_IB_DISABLE=1"}, "NCCL_DEBUG holds a line break"),
@@ -345,3 +348,42 @@ def test_the_templates_kept_block_is_what_the_module_reads_back_as_kept():
     assert f"\n{facts.KEPT_MARKER}\n" in template
     title = (REPO / "roles" / "nccl_env" / "tasks" / "deferred_node_files.yml").read_text()
     assert f'_kv_title: "{facts.CONF_TITLE_PREFIX[2:]}{{{{ inventory_hostname }}}}' in title
+
+
+def test_nodes_each_with_their_own_differing_override_are_all_named():
+    # Both departures are the inventory's own: nothing tells which is right.
+    found = nccl_env.nccl_env_group_problems(["c1", "c2"], ["gpu", "gpu"],
+                                             [{"NCCL_DEBUG": "INFO"}, {"NCCL_DEBUG": "WARN"}], [{}, {}],
+                                             [{}, {}], [{"NCCL_DEBUG": "INFO"}, {"NCCL_DEBUG": "WARN"}])
+    assert found == ["group gpu: NCCL_DEBUG differs between its nodes (c1=INFO, c2=WARN); no node's own check "
+                     "tells which is right, so every side (c1, c2) is named: check them, or set NCCL_DEBUG for the "
+                     "group in nccl_env_overrides"]
+
+
+def test_a_host_override_every_node_shares_leaves_a_nodes_own_group_override_as_the_odd_one():
+    # c3's conf was left from its own nccl_env_overrides; the host overrides all agree, so they blame no one.
+    host = {"NCCL_DEBUG": "WARN"}
+    found = nccl_env.nccl_env_group_outliers(["c1", "c2", "c3"], ["gpu"] * 3,
+                                             [{"NCCL_DEBUG": "WARN"}, {"NCCL_DEBUG": "WARN"}, {"NCCL_DEBUG": "INFO"}],
+                                             [{}] * 3, [{}, {}, {"NCCL_DEBUG": "INFO"}], [host] * 3)
+    assert found == {"c3": ["group gpu: NCCL_DEBUG differs between its nodes (c1=WARN, c2=WARN, c3=INFO); c3 is the "
+                            "odd one: its nccl_env_overrides sets NCCL_DEBUG=INFO, which the rest of its group does "
+                            "not share"]}
+
+
+def test_host_overrides_that_disagree_among_every_node_blame_them_all_and_the_majority_decides():
+    hosts = [{"NCCL_DEBUG": "WARN"}, {"NCCL_DEBUG": "WARN"}, {"NCCL_DEBUG": "INFO"}]
+    found = nccl_env.nccl_env_group_outliers(["c1", "c2", "c3"], ["gpu"] * 3, list(hosts), [{}] * 3,
+                                             [{}, {}, {"NCCL_DEBUG": "INFO"}], hosts)
+    assert found == {"c3": ["group gpu: NCCL_DEBUG differs between its nodes (c1=WARN, c2=WARN, c3=INFO); check c3 "
+                            "(a missing or down interface or HCA?), or set NCCL_DEBUG for the group in "
+                            "nccl_env_overrides"]}
+
+
+def test_once_a_host_override_names_the_odd_one_the_groups_overrides_are_not_counted():
+    found = nccl_env.nccl_env_group_outliers(["c1", "c2", "c3"], ["gpu"] * 3,
+                                             [{"NCCL_DEBUG": "WARN"}, {"NCCL_DEBUG": "TRACE"}, {"NCCL_DEBUG": "INFO"}],
+                                             [{}] * 3, [{}, {"NCCL_DEBUG": "TRACE"}, {}],
+                                             [{}, {}, {"NCCL_DEBUG": "INFO"}])
+    assert sorted(found) == ["c1", "c2", "c3"], found
+    assert all("every side (c1, c2, c3) is named" in problems[0] for problems in found.values()), found
