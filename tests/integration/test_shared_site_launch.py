@@ -157,7 +157,8 @@ def test_the_token_is_on_no_command_line_while_the_launch_runs(cluster, tmp_path
 def test_group_mode_refuses_staged_code_a_group_member_patched(cluster, tmp_path):
     # A group-shared site's jobs root of its own (provision.yml's layout), where alice's staged code
     # is group-writable as the old 0770 mode left it, and bob is in that group.
-    jobs = cluster.nas / f"jobs-{tmp_path.name}"
+    # Named afresh each run: the NAS outlives a test session that was killed before its cleanup.
+    jobs = cluster.nas / f"jobs-{tmp_path.name}-{uuid.uuid4().hex[:8]}"
     jobs.mkdir()
     owner = cluster.report["nas_owner"]
     subprocess.run(["chown", f"{owner}:{owner}", str(jobs)], check=True)
