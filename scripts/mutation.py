@@ -11,13 +11,17 @@ surviving mutant, and writes both to outputs/mutation/report.json.
     scripts/mutation.py --report-only        # score the last run again, after listing an equivalent
 
 A run over some files updates their entries in the report; the others keep their last scores.
+Targets run side by side, one per core (--jobs), each in its own copy of the tree: a whole run
+is hours on one core.
 """
 
 import argparse
 import ast
+import concurrent.futures
 import glob
 import json
 import os
+import queue
 import re
 import shlex
 import shutil
@@ -46,14 +50,29 @@ def tool(name):
 
 
 def run(argv, cwd):
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=tree_environment(cwd))
     if done.returncode != 0:
         sys.exit(f"mutation: {' '.join(argv)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
     return done.stdout
 
 
-def copy_tree(tree):
-    """The checkout's files (tracked and untracked, not ignored) copied to `tree`."""
+def tree_environment(tree):
+    """The environment of a command run in `tree`: its tests import the collection through the
+    tree's own collections/ link, by its ansible.cfg (not the checkout's, which make exports),
+    so that they see each mutant."""
+    return {**os.environ, "ANSIBLE_CONFIG": str(Path(tree) / "ansible.cfg")}
+
+
+def module_name(target):
+    """The file Cosmic Ray mutates for `target`: itself, or for a script without .py (which
+    Cosmic Ray skips) a .py twin that the original name links to, so that tests loading the
+    original name see each mutant."""
+    return target if target.endswith(".py") else target + ".py"
+
+
+def copy_tree(tree, targets):
+    """The checkout's files (tracked and untracked, not ignored) copied to `tree`, each target
+    at its module_name()."""
     shutil.rmtree(tree, ignore_errors=True)
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                             cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
@@ -65,6 +84,10 @@ def copy_tree(tree):
         elif source.is_file():
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy)
+    for target in targets:
+        if module_name(target) != target:
+            (tree / target).rename(tree / module_name(target))
+            (tree / target).symlink_to(Path(module_name(target)).name)
 
 
 def definition_lines(path, names):
@@ -81,13 +104,7 @@ def definition_lines(path, names):
 
 def mutate_one(target, config, tree, python, sessions):
     """Run Cosmic Ray on one file; the dumped (work item, result) pairs."""
-    module = target
-    if not target.endswith(".py"):
-        # Cosmic Ray mutates only *.py files: mutate a .py twin that the original name links to,
-        # so the tests, which load the original name, see each mutant.
-        module = target + ".py"
-        (tree / target).rename(tree / module)
-        (tree / target).symlink_to(Path(module).name)
+    module = module_name(target)
     tests = [f"tests/unit/{name}" for name in config["tests"].get(target, [])
              if (tree / "tests" / "unit" / name).exists()]
     selected = config.get("select", {}).get(target)
@@ -116,7 +133,7 @@ def mutate_one(target, config, tree, python, sessions):
         run([tool("cr-filter-lines"), str(session), "--config", str(cfg_path)], tree)
     if tests:
         baseline = subprocess.run([tool("cosmic-ray"), "baseline", str(cfg_path)], cwd=tree,
-                                  capture_output=True, text=True)
+                                  capture_output=True, text=True, env=tree_environment(tree))
         if baseline.returncode != 0:
             sys.exit(f"mutation: {target}: the unit tests fail on the unmutated code:\n"
                      f"{baseline.stdout}{baseline.stderr}")
@@ -183,6 +200,8 @@ def main(argv=None):
     parser.add_argument("--python", default=sys.executable, help="the Python that runs the unit tests")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: score the last run's sessions again (after editing the equivalents)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="targets mutated at once, each in its own copy of the tree (default: one per core)")
     args = parser.parse_args(argv)
     config = tomllib.loads(CONFIG.read_text(encoding="utf-8"))
     everything = sorted({name for pattern in TARGETS for name in glob.glob(pattern, root_dir=ROOT)})
@@ -191,36 +210,56 @@ def main(argv=None):
     if unknown:
         sys.exit(f"mutation: not a target: {', '.join(unknown)} (targets: {', '.join(TARGETS)})")
 
-    tree, sessions = OUT / "tree", OUT / "sessions"
+    jobs = max(1, min(args.jobs, len(chosen)))
+    trees = [OUT / ("tree" if n == 0 else f"tree-{n}") for n in range(jobs)]
+    sessions = OUT / "sessions"
     path = OUT / "report.json"
     previous = json.loads(path.read_text()) if path.exists() else None
-    # The tree's tests import the collection through the tree's own collections/ link: its
-    # ansible.cfg, not the checkout's (which make exports), so that they see each mutant.
-    os.environ["ANSIBLE_CONFIG"] = str(tree / "ansible.cfg")
     if not args.report_only:
-        copy_tree(tree)
+        for tree in trees:
+            copy_tree(tree, chosen)
     sessions.mkdir(parents=True, exist_ok=True)
-    report = {"tool": "cosmic-ray", "goal_percent": GOAL, "files": {}, "survivors": [], "equivalent": []}
-    started = time.monotonic()
-    for target in chosen:
+    free_trees = queue.Queue()
+    for tree in trees:
+        free_trees.put(tree)
+
+    def measure(target):
         began = time.monotonic()
         if args.report_only:
             session = sessions / f"{re.sub(r'[^A-Za-z0-9]+', '_', target)}.sqlite"
             if not session.exists():
-                continue
-            module = target + ".py" if (tree / (target + ".py")).exists() else target
+                return None
+            module = target + ".py" if (trees[0] / (target + ".py")).exists() else target
             tests = [f"tests/unit/{name}" for name in config["tests"].get(target, [])
-                     if (tree / "tests" / "unit" / name).exists()]
-            dumped = run([tool("cosmic-ray"), "dump", str(session)], tree)
+                     if (trees[0] / "tests" / "unit" / name).exists()]
+            dumped = run([tool("cosmic-ray"), "dump", str(session)], trees[0])
             items = [json.loads(line) for line in dumped.splitlines() if line.strip()]
         else:
-            print(f"mutation: {target} ...", flush=True)
-            module, tests, items = mutate_one(target, config, tree, args.python, sessions)
-        counts, survivors, equivalent = classify(target, module, tree, items, config.get("equivalent", []))
+            tree = free_trees.get()
+            try:
+                print(f"mutation: {target} ...", flush=True)
+                module, tests, items = mutate_one(target, config, tree, args.python, sessions)
+            finally:
+                free_trees.put(tree)
+        # Every tree is a copy of the same checkout: any one has the mutated file's lines.
+        counts, survivors, equivalent = classify(target, module, trees[0], items, config.get("equivalent", []))
         counts["seconds"] = round(time.monotonic() - began, 1)
         if args.report_only and previous and target in previous["files"]:
             counts["seconds"] = previous["files"][target]["seconds"]  # the run's, not this rescoring's
         counts["tests"] = tests
+        return counts, survivors, equivalent
+
+    report = {"tool": "cosmic-ray", "goal_percent": GOAL, "files": {}, "survivors": [], "equivalent": []}
+    started = time.monotonic()
+    # The longest targets of the last run first, so that no core is left with one at the end.
+    last_seconds = {name: c["seconds"] for name, c in (previous or {}).get("files", {}).items()}
+    longest_first = sorted(chosen, key=lambda target: -last_seconds.get(target, 0))
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        measured = dict(zip(longest_first, pool.map(measure, longest_first)))
+    for target in chosen:
+        if measured[target] is None:
+            continue
+        counts, survivors, equivalent = measured[target]
         report["files"][target] = counts
         report["survivors"] += survivors
         report["equivalent"] += equivalent
