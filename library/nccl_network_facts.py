@@ -40,9 +40,8 @@ options:
     description:
       - IPv4 addresses per interface name (sysfs does not hold addresses); with O(detect_ipv4), they
         replace the detected ones of the interfaces they name.
-      - When given or detected, only interfaces with at least one address are proposed for
-        C(NCCL_SOCKET_IFNAME).
-      - When neither, addresses are unknown, every other eligible interface is proposed and a
+      - C(NCCL_SOCKET_IFNAME) is proposed from these addresses only (the interface holding
+        O(cluster_address), or one in O(cluster_cidr)); where none holds it, it is left unset and a
         warning says so.
     type: dict
   detect_ipv4:
@@ -645,31 +644,11 @@ def is_excluded(name, exclude_patterns):
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in exclude_patterns)
 
 
-def select_socket_interfaces(interfaces, exclude_patterns, addresses_known):
-    """Interfaces that could carry NCCL's sockets: up, not excluded, with an IPv4 address that is
-    not link-local (169.254/16: BMC USB NICs, unreachable from other nodes).
-
-    Without addresses_known every interface passes the address check, as it cannot be made.
-    """
-    return [
-        iface["name"]
-        for iface in interfaces
-        if interface_is_up(iface)
-        and not is_excluded(iface["name"], exclude_patterns)
-        and (routable_ipv4(iface["ipv4"]) or not addresses_known)
-    ]
-
-
 def is_link_local(address):
     try:
         return ipaddress.ip_address(address).is_link_local
     except ValueError:
         return False
-
-
-def routable_ipv4(addresses):
-    """Addresses other nodes could reach: not 169.254/16 (BMC USB NICs, zeroconf)."""
-    return [address for address in addresses if not is_link_local(address)]
 
 
 def parse_nccl_version(text):
@@ -944,42 +923,6 @@ def propose_site_settings(
     else:
         warnings.append(f"NCCL_SOCKET_IFNAME left unset: {why}.")
     return proposed, warnings, reasons, faults
-
-
-def propose_nccl_settings(
-    hcas, interfaces, exclude_patterns, prefer_gid_type, addresses_known
-):
-    """Settings from the devices alone (no GPUs, no cluster address): every active port and
-    every usable interface, and the warnings that go with them. The preflight's node check
-    (roles/slurm_launch/files/preflight/node_check.py) reports these."""
-    warnings = []
-    proposed = {}
-    ports = active_ports(hcas)
-    proposed["NCCL_IB_DISABLE"] = "0" if ports else "1"
-    if ports:
-        proposed["NCCL_IB_HCA"] = ",".join(
-            f"{hca_name}:{port['port']}" for hca_name, port in ports
-        )
-    gid_index, gid_warnings = propose_gid_index(ports, prefer_gid_type)
-    warnings.extend(gid_warnings)
-    if gid_index is not None:
-        proposed["NCCL_IB_GID_INDEX"] = str(gid_index)
-    socket_interfaces = select_socket_interfaces(
-        interfaces, exclude_patterns, addresses_known
-    )
-    if socket_interfaces:
-        proposed["NCCL_SOCKET_IFNAME"] = ",".join(socket_interfaces)
-        if not addresses_known:
-            warnings.append(
-                "ipv4_addresses not given; NCCL_SOCKET_IFNAME lists up interfaces without knowing "
-                "whether they have an IPv4 address."
-            )
-    else:
-        warnings.append(
-            "No interface qualifies for NCCL_SOCKET_IFNAME "
-            "(up, not loopback, not excluded, with an IPv4 address)."
-        )
-    return proposed, warnings
 
 
 # What the role writes at the top of an nccl.conf, and the line before the keys it kept there.

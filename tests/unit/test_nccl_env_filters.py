@@ -12,13 +12,23 @@ REPO = Path(__file__).resolve().parents[2]
 SYSFS = Path(__file__).resolve().parent / "fixtures" / "sysfs"
 
 
-def node(name, tree, addresses, group="gpu", overrides=None, base=None):
-    """A node as the role sees it after detection and merge."""
+def node(name, tree, addresses, group="gpu", overrides=None, base=None, cluster_address=None):
+    """A node as the role sees it after detection and merge: the module's site proposal for its
+    cluster address (by default the first address of its map), and its nccl_network facts."""
     root = str(SYSFS / tree)
-    hcas, interfaces = facts.read_hcas(root), facts.read_interfaces(root, addresses)
-    proposed, _ = facts.propose_nccl_settings(hcas, interfaces, facts.DEFAULT_EXCLUDE_INTERFACES, "RoCE v2", True)
+    hcas, gpus, interfaces = facts.read_hcas(root), facts.read_gpus(root), facts.read_interfaces(root, addresses)
+    cluster_address = cluster_address or next(iter(addresses.values()))[0]
+    proposed, warnings, reasons, faults = facts.propose_site_settings(
+        hcas, gpus, interfaces, facts.DEFAULT_EXCLUDE_INTERFACES, "RoCE v2", cluster_address)
     settings = nccl_env.nccl_env_merge(proposed, base or {}, overrides or {})
-    return name, group, settings, {"hcas": hcas, "interfaces": interfaces}
+    return name, group, settings, {"hcas": hcas, "gpus": gpus, "interfaces": interfaces, "proposed": proposed,
+                                   "reasons": reasons, "faults": faults, "warnings": warnings}
+
+
+def dgx(address):
+    """A DGX H100's addresses (tests/unit/test_nccl_hardware_trees.py), its cluster address first."""
+    return {"enp41s0f0np0": [address], "enp41s0f1np1": ["10.20.41.110"], "enp170s0f0np0": ["10.20.170.110"],
+            "ibp24s0": ["10.30.0.110"], "usb0": ["169.254.3.1"], "lo": ["127.0.0.1"]}
 
 
 def problems(*nodes):
@@ -45,12 +55,16 @@ def test_different_trees_with_the_same_usable_hardware_are_consistent():
 
 
 def test_an_hca_down_on_one_node_is_refused_naming_node_and_setting():
-    found = problems(node("r1", "two_hcas", {"ens1f0": ["10.10.0.11"]}),
-                     node("r2", "two_hcas", {"ens1f0": ["10.10.0.12"]}),
-                     node("r3", "two_hcas_one_down", {"ens1f0": ["10.10.0.13"]}))
-    assert found == ["group gpu: NCCL_IB_HCA differs between its nodes (r1=mlx5_0:1,mlx5_1:1, "
-                     "r2=mlx5_0:1,mlx5_1:1, r3=mlx5_0:1); check r3 (a missing or down interface or HCA?), "
-                     "or set NCCL_IB_HCA for the group in nccl_env_overrides"]
+    # NCCL_IB_HCA is proposed from the GPUs' PCI topology: on a node without GPUs it is left to
+    # NCCL, a down HCA there changes no setting. A DGX with a compute rail down proposes seven.
+    found = problems(node("r1", "dgx_h100", dgx("10.77.0.110")),
+                     node("r2", "dgx_h100", dgx("10.77.0.111")),
+                     node("r3", "dgx_h100_rail_down", dgx("10.77.0.112")))
+    rails, seven = "=mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1", \
+        "=mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1"
+    assert found == [f"group gpu: NCCL_IB_HCA differs between its nodes (r1={rails}, r2={rails}, r3={seven}); r3 "
+                     "is the odd one: its own detection reports: mlx5_5:1 is a compute rail (its HCA shares a PCIe "
+                     "switch with a GPU) but its port is DOWN, not ACTIVE"]
 
 
 def test_nodes_in_different_groups_may_differ():
@@ -60,8 +74,8 @@ def test_nodes_in_different_groups_may_differ():
 
 def test_a_group_override_naming_hardware_one_node_lacks_is_refused():
     override = {"NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1", "NCCL_SOCKET_IFNAME": "ens1f0,ens1f1"}
-    found = problems(node("r1", "two_hcas", {"ens1f0": ["a"]}, overrides=override),
-                     node("r2", "two_hcas_one_down", {"ens1f0": ["b"]}, overrides=override))
+    found = problems(node("r1", "two_hcas", {"ens1f0": ["10.10.0.11"]}, overrides=override),
+                     node("r2", "two_hcas_one_down", {"ens1f0": ["10.10.0.12"]}, overrides=override))
     assert found == [
         "r2: NCCL_IB_HCA names mlx5_1:1, which r2 does not have as an active port (active: mlx5_0:1; "
         "HCAs: mlx5_0, mlx5_1)",
@@ -216,10 +230,10 @@ def test_with_ib_disabled_an_hca_setting_is_not_held_against_the_hardware():
 
 
 def test_with_ib_enabled_and_no_hca_setting_nccl_chooses_and_nothing_is_refused():
+    # Without GPUs the module leaves NCCL_IB_HCA unset: NCCL then takes every active port.
     n = node("i1", "ib_single", {"ib0": ["10.1.0.1"]})
-    settings = {key: value for key, value in n[2].items() if key != "NCCL_IB_HCA"}
-    assert settings["NCCL_IB_DISABLE"] == "0"
-    assert problems((n[0], n[1], settings, n[3])) == []
+    assert n[2] == {"NCCL_IB_DISABLE": "0", "NCCL_SOCKET_IFNAME": "=ib0"}
+    assert problems(n) == []
 
 
 def test_an_exact_hca_name_must_be_the_whole_name():
@@ -330,7 +344,7 @@ def test_a_nodes_own_failed_check_decides_the_groups_disagreement_on_that_key():
         "i2: NCCL_IB_HCA names mlx5_4:1, which i2 does not have as an active port (active: mlx5_0:1; HCAs: mlx5_0)",
         "group gpu: NCCL_DEBUG differs between its nodes (i1=(unset), i2=INFO); i2 is the odd one: its own check "
         "failed on NCCL_IB_HCA",
-        "group gpu: NCCL_IB_HCA differs between its nodes (i1=mlx5_0:1, i2==mlx5_4:1); i2 is the odd one: its own "
+        "group gpu: NCCL_IB_HCA differs between its nodes (i1=(unset), i2==mlx5_4:1); i2 is the odd one: its own "
         "check of NCCL_IB_HCA failed, above"]
     assert not any("every side" in problem for problems in found.values() for problem in problems)
 

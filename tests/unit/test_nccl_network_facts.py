@@ -301,17 +301,27 @@ def test_propose_gid_index_warns_about_a_port_without_the_preferred_type():
     )
 
 
-def test_select_socket_interfaces_applies_excludes_globs():
-    interfaces = nccl.read_interfaces(sysfs("roce_v1_v2"), IPV4_ADDRESSES["roce_v1_v2"])
-    assert nccl.select_socket_interfaces(
-        interfaces, DEFAULT_EXCLUDE, addresses_known=True
-    ) == ["ens1f0"]
-    assert nccl.select_socket_interfaces(
-        interfaces, ["ens*"], addresses_known=True
-    ) == ["docker0"]
+@pytest.mark.parametrize(("exclude", "cluster", "expected"), [
+    # The cluster address on an excluded interface (docker* by default) is not taken.
+    (DEFAULT_EXCLUDE, {"cluster_address": "172.17.0.1"}, None),
+    (["ens*"], {"cluster_address": "172.17.0.1"}, "=docker0"),
+    (["ens*"], {"cluster_address": "10.10.0.11"}, None),
+    # A network holding both interfaces' addresses: the one the globs leave.
+    (DEFAULT_EXCLUDE, {"cluster_cidr": "0.0.0.0/0"}, "=ens1f0"),
+    (["ens*"], {"cluster_cidr": "0.0.0.0/0"}, "=docker0"),
+])
+def test_the_socket_interface_is_never_an_excluded_one(capsys, exclude, cluster, expected):
+    facts = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), ipv4_addresses=IPV4_ADDRESSES["roce_v1_v2"],
+                       exclude_interfaces=exclude, **cluster)["ansible_facts"]["nccl_network"]
+    assert facts["proposed"].get("NCCL_SOCKET_IFNAME") == expected
 
 
-def test_select_socket_interfaces_never_proposes_loopback():
+def test_loopback_is_never_the_socket_interface_even_when_not_excluded(capsys):
+    # lo as the kernel shows it (operstate unknown), and one whose driver says up.
+    facts = run_module(capsys, sysfs_root=sysfs("no_hca"), ipv4_addresses=IPV4_ADDRESSES["no_hca"],
+                       exclude_interfaces=[], cluster_address="127.0.0.1")["ansible_facts"]["nccl_network"]
+    assert "NCCL_SOCKET_IFNAME" not in facts["proposed"]
+    assert facts["warnings"] == ["NCCL_SOCKET_IFNAME left unset: no interface that is up holds the address 127.0.0.1."]
     loopback_up = [
         {
             "name": "lo",
@@ -323,80 +333,52 @@ def test_select_socket_interfaces_never_proposes_loopback():
             "ipv4": ["127.0.0.1"],
         }
     ]
-    assert nccl.select_socket_interfaces(loopback_up, [], addresses_known=True) == []
+    for cluster in ({"cluster_address": "127.0.0.1"}, {"cluster_cidr": "127.0.0.0/8"}):
+        proposed = nccl.propose_site_settings([], [], loopback_up, [], "RoCE v2", **cluster)[0]
+        assert "NCCL_SOCKET_IFNAME" not in proposed, cluster
 
 
-def test_select_socket_interfaces_skips_down_and_unaddressed_interfaces():
-    interfaces = nccl.read_interfaces(
-        sysfs("two_hcas_one_down"), {"ens1f1": ["10.10.1.11"]}
-    )
-    assert (
-        nccl.select_socket_interfaces(interfaces, DEFAULT_EXCLUDE, addresses_known=True)
-        == []
-    )
-    assert nccl.select_socket_interfaces(
-        interfaces, DEFAULT_EXCLUDE, addresses_known=False
-    ) == ["ens1f0"]
+@pytest.mark.parametrize(("cluster", "wanted"), [({"cluster_address": "10.10.1.11"}, "the address 10.10.1.11"),
+                                             ({"cluster_cidr": "10.10.0.0/16"}, "an address in 10.10.0.0/16")])
+def test_a_down_interface_holding_the_address_and_an_up_one_without_any_are_not_taken(capsys, cluster, wanted):
+    # two_hcas_one_down: ens1f1 holds the address but is down; ens1f0 is up with no address.
+    facts = run_module(capsys, sysfs_root=sysfs("two_hcas_one_down"), ipv4_addresses={"ens1f1": ["10.10.1.11"]},
+                       nccl_version="2.21.5", **cluster)["ansible_facts"]["nccl_network"]
+    assert [(iface["name"], iface["operstate"]) for iface in facts["interfaces"]][:2] == [("ens1f0", "up"),
+                                                                                       ("ens1f1", "down")]
+    assert "NCCL_SOCKET_IFNAME" not in facts["proposed"]
+    assert facts["warnings"] == [f"NCCL_SOCKET_IFNAME left unset: no interface that is up holds {wanted}."]
 
 
 @pytest.mark.parametrize(
-    ("scenario", "expected"),
+    ("scenario", "address", "expected"),
     [
-        (
-            "ib_single",
-            {
-                "NCCL_IB_DISABLE": "0",
-                "NCCL_IB_HCA": "mlx5_0:1",
-                "NCCL_SOCKET_IFNAME": "eno1,ib0",
-            },
-        ),
-        (
-            "roce_v1_v2",
-            {
-                "NCCL_IB_DISABLE": "0",
-                "NCCL_IB_HCA": "mlx5_0:1",
-                "NCCL_IB_GID_INDEX": "3",
-                "NCCL_SOCKET_IFNAME": "ens1f0",
-            },
-        ),
-        (
-            "two_hcas_one_down",
-            {
-                "NCCL_IB_DISABLE": "0",
-                "NCCL_IB_HCA": "mlx5_0:1",
-                "NCCL_IB_GID_INDEX": "3",
-                "NCCL_SOCKET_IFNAME": "ens1f0",
-            },
-        ),
-        (
-            "two_hcas",
-            {
-                "NCCL_IB_DISABLE": "0",
-                "NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1",
-                "NCCL_IB_GID_INDEX": "3",
-                "NCCL_SOCKET_IFNAME": "ens1f0,ens1f1",
-            },
-        ),
-        ("no_hca", {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "eth0"}),
+        ("ib_single", "10.1.0.11", {"NCCL_IB_DISABLE": "0", "NCCL_SOCKET_IFNAME": "=ib0"}),
+        ("roce_v1_v2", "10.10.0.11",
+         {"NCCL_IB_DISABLE": "0", "NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "=ens1f0"}),
+        ("two_hcas_one_down", "10.10.0.11",
+         {"NCCL_IB_DISABLE": "0", "NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "=ens1f0"}),
+        # mlx5_0's netdev holds the cluster address: the GID index is mlx5_1's alone.
+        ("two_hcas", "10.10.0.11",
+         {"NCCL_IB_DISABLE": "0", "NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "=ens1f0"}),
+        ("no_hca", "10.0.0.5", {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0"}),
     ],
 )
-def test_propose_nccl_settings_per_scenario(scenario, expected):
-    hcas = nccl.read_hcas(sysfs(scenario))
-    interfaces = nccl.read_interfaces(sysfs(scenario), IPV4_ADDRESSES[scenario])
-    assert nccl.propose_nccl_settings(
-        hcas, interfaces, DEFAULT_EXCLUDE, "RoCE v2", addresses_known=True
-    ) == (expected, [])
+def test_module_proposal_per_scenario_without_gpus(capsys, scenario, address, expected):
+    # No GPU: NCCL_IB_HCA is left to NCCL; the one interface holding the cluster address carries the sockets.
+    facts = run_module(capsys, sysfs_root=sysfs(scenario), ipv4_addresses=IPV4_ADDRESSES[scenario],
+                       cluster_address=address, nccl_version="2.18.3")["ansible_facts"]["nccl_network"]
+    assert (facts["proposed"], facts["warnings"]) == (expected, [])
+    assert facts["reasons"]["NCCL_IB_HCA"].startswith("no NVIDIA GPU under bus/pci/devices")
 
 
-def test_propose_nccl_settings_without_a_qualifying_interface_omits_socket_ifname():
-    interfaces = nccl.read_interfaces(sysfs("no_hca"), {"lo": ["127.0.0.1"]})
-    assert nccl.propose_nccl_settings(
-        [], interfaces, DEFAULT_EXCLUDE, "RoCE v2", addresses_known=True
-    ) == (
+def test_module_without_a_qualifying_interface_omits_socket_ifname(capsys):
+    # Only lo has an address: a cluster network taking any address still finds no interface.
+    facts = run_module(capsys, sysfs_root=sysfs("no_hca"), ipv4_addresses={"lo": ["127.0.0.1"]},
+                       cluster_cidr="0.0.0.0/0")["ansible_facts"]["nccl_network"]
+    assert (facts["proposed"], facts["warnings"]) == (
         {"NCCL_IB_DISABLE": "1"},
-        [
-            "No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, not excluded, with an IPv4 address)."
-        ],
+        ["NCCL_SOCKET_IFNAME left unset: no interface that is up holds an address in 0.0.0.0/0."],
     )
 
 
@@ -512,25 +494,15 @@ def test_only_an_interface_that_is_up_is_proposed_for_sockets(capsys, tmp_path, 
                                      "the address 10.10.0.11."]
 
 
-def test_the_preflights_proposal_and_the_filter_use_the_same_up_rule(tmp_path):
-    names = {f"ens{index}": state for index, state in enumerate(OPERSTATES, start=1)}
-    root = physical_interfaces(tmp_path, names)
-    addresses = {name: [f"10.10.{index}.11"] for index, name in enumerate(names)}
-    interfaces = nccl.read_interfaces(root, addresses)
-    proposed, _ = nccl.propose_nccl_settings([], interfaces, DEFAULT_EXCLUDE, "RoCE v2", True)
-    assert proposed["NCCL_SOCKET_IFNAME"] == "ens1,ens7"  # unknown and up
-    assert [(iface["name"], iface["operstate"], iface["virtual"]) for iface in interfaces] == [
-        (name, state, False) for name, state in names.items()]
-
-
-def test_an_empty_address_map_means_no_interface_has_an_address():
-    # What the role passes when the gathered facts show no IPv4 address anywhere: known, and
-    # none; not "unknown", which would propose every up interface.
-    interfaces = nccl.read_interfaces(sysfs("roce_v1_v2"), {})
-    proposed, warnings = nccl.propose_nccl_settings([], interfaces, DEFAULT_EXCLUDE, "RoCE v2", True)
-    assert "NCCL_SOCKET_IFNAME" not in proposed
-    assert warnings == ["No interface qualifies for NCCL_SOCKET_IFNAME (up, not loopback, "
-                        "not excluded, with an IPv4 address)."]
+def test_an_empty_address_map_means_no_interface_has_an_address(capsys):
+    # What the role passes when the node shows no IPv4 address anywhere: known, and none; not
+    # "unknown", which would take an up interface without knowing what it holds. Even a cluster
+    # network that takes every address finds no interface then.
+    facts = run_module(capsys, sysfs_root=sysfs("roce_v1_v2"), ipv4_addresses={}, cluster_cidr="0.0.0.0/0",
+                       nccl_version="2.21.5")["ansible_facts"]["nccl_network"]
+    assert [iface["ipv4"] for iface in facts["interfaces"]] == [[], [], []]
+    assert "NCCL_SOCKET_IFNAME" not in facts["proposed"]
+    assert facts["warnings"] == ["NCCL_SOCKET_IFNAME left unset: no interface that is up holds an address in 0.0.0.0/0."]
 
 
 # --- GID tables with holes, ports of mixed kinds ------------------------------------

@@ -18,6 +18,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from conftest import PROJECT_ROOT
+from test_nccl_network_facts import OPERSTATES, UP_OPERSTATES, physical_interfaces
 
 SYSFS = PROJECT_ROOT / "tests" / "unit" / "fixtures" / "sysfs"
 STAGED = {  # what preflight_report.yml's job_dir task stages beside node_check.py
@@ -76,7 +77,7 @@ def test_the_preflight_proposes_what_provision_proposes_for_the_node(node_check,
 def test_on_a_dgx_the_preflight_proposes_the_compute_rails_and_the_cluster_interface(node_check, monkeypatch):
     monkeypatch.setattr(node_check, "ipv4_addresses", lambda: dict(DGX_ADDRESSES))
     found = node_check.detect_network(config("dgx_h100"), "dgx1")
-    # Not every active port and every interface with an address (the device-only proposal).
+    # Not every active port and every interface with an address: the rails and the cluster's one.
     assert found["proposed"] == {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": DGX_COMPUTE_HCA,
                                  "NCCL_SOCKET_IFNAME": "=enp41s0f0np0"}
     assert found["reasons"]["NCCL_SOCKET_IFNAME"] == "it holds the node's cluster address 10.77.0.110"
@@ -94,6 +95,26 @@ def test_a_rail_down_is_the_nodes_own_fault_which_names_it_in_the_group_check(no
     assert problems and all("dgx2" in problem and "dgx1 is the odd one" not in problem for problem in problems), \
         problems
     assert any("dgx2 is the odd one: its own detection reports" in problem for problem in problems), problems
+
+
+def test_the_preflights_proposal_and_the_filter_use_the_same_up_rule(node_check, monkeypatch, tmp_path):
+    # One interface in each documented operstate, each with an address: the preflight proposes the
+    # one holding the node's cluster address exactly where the group check counts it up.
+    names = {f"ens{index}": state for index, state in enumerate(OPERSTATES, start=1)}
+    addresses = {name: [f"10.10.{index}.11"] for index, name in enumerate(names)}
+    monkeypatch.setattr(node_check, "ipv4_addresses", lambda: dict(addresses))
+    root = physical_interfaces(tmp_path, names)
+    proposed = []
+    for name, (address,) in addresses.items():
+        found = node_check.detect_network(config("no_hca", sysfs_root=root, cluster_addresses={"n1": address}), "n1")
+        accepted = node_check.nccl_env.nccl_env_group_problems(
+            ["n1"], ["g"], [{"NCCL_SOCKET_IFNAME": "=" + name}], [found]) == []
+        taken = found["proposed"].get("NCCL_SOCKET_IFNAME") == "=" + name
+        assert taken is accepted, (name, found)
+        proposed += [name] if taken else []
+    assert proposed == [name for name, state in names.items() if state in UP_OPERSTATES] == ["ens1", "ens7"]
+    assert [(iface["name"], iface["operstate"], iface["virtual"]) for iface in found["interfaces"]] == [
+        (name, state, False) for name, state in names.items()]
 
 
 def test_the_nccl_version_is_read_from_the_training_env_as_provision_reads_it(node_check, monkeypatch, tmp_path):
