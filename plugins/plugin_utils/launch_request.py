@@ -199,7 +199,8 @@ INTEGERS = ("num_nodes", "gpus_per_node", "cpus_per_task", "nproc_per_node", "om
 # A launch's sweep (roles/slurm_launch's sweep_points): a job array, a task per point; the NAS job
 # templates have none.
 OPTIONAL = {"sweep": [], "sweep_parallel": 0}
-# The hang watchdog (a launch's hang_minutes and the dumper it stages): off where not given.
+# The hang watchdog (a launch's hang_minutes: off where not given) and the dumper staged beside the job
+# script, which the torchrun wrapper imports too ('': the job's working directory).
 OPTIONAL.update(hang_minutes=0, hang_dump="")
 # The health gate (a launch's; the NAS job templates have none): its program's path, '' for none.
 OPTIONAL.update(health_check="", health_slow_factor=1.5, health_matmul_size=0)

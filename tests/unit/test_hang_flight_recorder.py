@@ -23,7 +23,7 @@ import time
 import pytest
 from ansible_collections.hpc.slurm_train.roles.slurm_launch.files import hang_dump
 from test_hang_watchdog_rules import with_environ
-from test_job_template import job, render, torchrun_wrapper
+from test_job_template import job, render, stage_hang_dump, torchrun_wrapper
 
 # No job of a real cluster on this machine has it, nor test_hang_watchdog_rules.py's workers, nor
 # those of another run of these tests at the same time: workers are found by job id.
@@ -253,6 +253,7 @@ dist.destroy_process_group()
 def test_the_wrapper_names_the_recorders_files_privately_and_keeps_a_dump_on_timeout(tmp_path, planted):
     wrapper = torchrun_wrapper(render(job()))
     (tmp_path / "train.py").write_text(GLOO_WORKER)
+    staged = stage_hang_dump(tmp_path)
     (tmp_path / "scratch").mkdir()
     keep = tmp_path / "nccl-41-0"
     kept = tmp_path / "nccl-41-0-node7-rank0"
@@ -262,7 +263,7 @@ def test_the_wrapper_names_the_recorders_files_privately_and_keeps_a_dump_on_tim
     env = {key: value for key, value in os.environ.items() if not key.startswith(("TORCH_NCCL_", "TORCH_FR_"))}
     env.update({"TRAINING_FAILURE_RECORD": str(tmp_path / ".41.failure"), "SLURM_NODEID": "0",
                 "SLURMD_NODENAME": "node7", "TMPDIR": str(tmp_path / "scratch"), "TRAINING_FLIGHT_RECORDER_KEEP": str(keep),
-                "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "GLOO_SOCKET_IFNAME": "lo"})
+                "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "GLOO_SOCKET_IFNAME": "lo", **staged})
     proc = subprocess.run(
         [sys.executable, "-c", wrapper, "--nnodes=1", "--nproc-per-node=1", "--master-addr=127.0.0.1",
          f"--master-port={29700 + os.getpid() % 1000 + planted}", str(tmp_path / "train.py")],
@@ -277,6 +278,66 @@ def test_the_wrapper_names_the_recorders_files_privately_and_keeps_a_dump_on_tim
         assert kept.read_bytes() == b"trace written on a timeout"
         assert stat.S_IMODE(kept.stat().st_mode) == 0o600
         assert f"NCCL flight recorder of rank 0 kept in {kept}\n" in proc.stdout
+
+
+def own_timeout_folder(tmp_path, *names):
+    """The wrapper's private folder of the node, with a dump file per name (its content the name)."""
+    folder = tmp_path / "torch-flight-recorder-x"
+    folder.mkdir(mode=0o700)
+    for name in names:
+        (folder / name).write_text(f"dump {name}")
+    return folder
+
+
+def test_the_dumps_nccl_wrote_itself_are_kept_for_the_user_with_a_line_each(tmp_path):
+    # Only trace-<rank> is a dump: the pipes, a name without a rank or with more after it are not.
+    folder = own_timeout_folder(tmp_path, "trace-0", "trace-12", "pipe-0.pipe", "trace-", "trace-3.tmp", "trace-x",
+                                "xtrace-4", "comm_lib_trace_rank_5")
+    keep = tmp_path / "nccl-41-0"
+    lines = hang_dump.keep_own_timeout_dumps(str(folder), str(keep), "node110")
+    assert lines == [f"NCCL flight recorder of rank 0 kept in {keep}-node110-rank0",
+                     f"NCCL flight recorder of rank 12 kept in {keep}-node110-rank12"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["nccl-41-0-node110-rank0", "nccl-41-0-node110-rank12",
+                                                              folder.name]
+    for rank in ("0", "12"):
+        kept = tmp_path / f"nccl-41-0-node110-rank{rank}"
+        assert kept.read_text() == f"dump trace-{rank}"
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+
+
+def test_a_dump_nccl_wrote_itself_is_kept_0600_over_an_open_file_at_its_name(tmp_path):
+    # A file of an earlier copy under that name, readable by all: overwritten whole, and made private.
+    folder = own_timeout_folder(tmp_path, "trace-1")
+    kept = tmp_path / "nccl-41-0-node110-rank1"
+    kept.write_text("an older and much longer dump")
+    kept.chmod(0o644)
+    assert hang_dump.keep_own_timeout_dumps(str(folder), str(tmp_path / "nccl-41-0"), "node110") == [
+        f"NCCL flight recorder of rank 1 kept in {kept}"]
+    assert kept.read_text() == "dump trace-1" and stat.S_IMODE(kept.stat().st_mode) == 0o600
+
+
+def test_a_link_planted_where_a_dump_nccl_wrote_itself_goes_is_refused_and_the_others_kept(tmp_path):
+    folder = own_timeout_folder(tmp_path, "trace-0", "trace-1")
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    planted = tmp_path / "nccl-41-0-node110-rank0"
+    planted.symlink_to(victim)
+    lines = hang_dump.keep_own_timeout_dumps(str(folder), str(tmp_path / "nccl-41-0"), "node110")
+    assert lines == [f"NCCL flight recorder of rank 0 not kept in {planted}: [Errno 40] Too many levels of symbolic "
+                     f"links: '{planted}'",
+                     f"NCCL flight recorder of rank 1 kept in {tmp_path}/nccl-41-0-node110-rank1"]
+    assert victim.read_text() == "mine" and planted.is_symlink()
+    assert (tmp_path / "nccl-41-0-node110-rank1").read_text() == "dump trace-1"
+
+
+def test_a_link_in_the_folder_in_place_of_a_dump_nccl_wrote_itself_is_not_followed(tmp_path):
+    folder = own_timeout_folder(tmp_path)
+    (tmp_path / "secret").write_text("not a dump")
+    (folder / "trace-2").symlink_to(tmp_path / "secret")
+    lines = hang_dump.keep_own_timeout_dumps(str(folder), str(tmp_path / "nccl-41-0"), "node110")
+    assert lines == [f"NCCL flight recorder of rank 2 not kept in {tmp_path}/nccl-41-0-node110-rank2: [Errno 40] Too "
+                     f"many levels of symbolic links: '{folder}/trace-2'"]
+    assert not (tmp_path / "nccl-41-0-node110-rank2").exists()
 
 
 def test_a_large_dump_is_copied_whole(tmp_path, node111):

@@ -103,10 +103,13 @@ def test_hang_minutes_zero_leaves_no_watchdog_in_the_job_script(tmp_path):
     script = render(in_dir(tmp_path, hang_minutes=0, hang_dump="/nas/jobs/alice/train/runs/1/hang_dump.py"))
     (tmp_path / "job.sbatch").write_text(script)
     subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
-    for word in ("watch_for_hang", "HANG_SECONDS", "hang_dump.py", "--overlap", 'mark_bad_node "$node" HUNG'):
+    for word in ("watch_for_hang", "HANG_SECONDS", "hang_dump.py dump", "hang_dump.py suspects", "--overlap",
+                 'mark_bad_node "$node" HUNG'):
         assert word not in script, word
-    # The heartbeat is there all the same: a training may touch it whether or not it is watched.
+    # The heartbeat is there all the same: a training may touch it whether or not it is watched; and
+    # the torchrun wrapper keeps a dump NCCL wrote itself by the dumper's rules.
     assert 'export TRAINING_HEARTBEAT="$RUN_DIR/.$SLURM_JOB_ID.heartbeat"' in script.splitlines()
+    assert "export TRAINING_HANG_DUMP=/nas/jobs/alice/train/runs/1/hang_dump.py" in script.splitlines()
 
 
 def test_a_watchdog_of_a_fraction_of_a_minute_watches_whole_seconds(tmp_path):

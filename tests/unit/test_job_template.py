@@ -5,6 +5,7 @@ ones are exercised by tests/integration/test_launch.py)."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -428,6 +429,13 @@ def torchrun_wrapper(script):
     return script[start:script.index("\n'\n", start)]
 
 
+def stage_hang_dump(directory):
+    """hang_dump.py in the job's working directory, as a launch stages it and names it to the wrapper,
+    which imports it: the variable for the wrapper's environment."""
+    shutil.copy(REPO / "roles" / "slurm_launch" / "files" / "hang_dump.py", directory / "hang_dump.py")
+    return {"TRAINING_HANG_DUMP": "hang_dump.py"}
+
+
 @pytest.mark.parametrize("worker_exit", [0, 7])
 def test_torchrun_ends_without_tearing_torch_down_and_keeps_the_workers_exit_code(tmp_path, worker_exit):
     """Real torchrun (torch from this virtualenv), one worker. Once the workers ended, the wrapper
@@ -437,6 +445,7 @@ def test_torchrun_ends_without_tearing_torch_down_and_keeps_the_workers_exit_cod
     teed lines are looked for at the wrapper's pace."""
     wrapper = torchrun_wrapper(render(job()))
     (tmp_path / "train.py").write_text(f"print('training complete', flush=True)\nraise SystemExit({worker_exit})\n")
+    staged = stage_hang_dump(tmp_path)
     (tmp_path / "sitecustomize.py").write_text(
         "import atexit, os, sys\n"
         "if sys.argv[:1] == ['-c']:\n"
@@ -451,7 +460,8 @@ def test_torchrun_ends_without_tearing_torch_down_and_keeps_the_workers_exit_cod
         "    tail_log.tail_logfile = tail_logfile\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "TEARDOWN_RECORD": str(tmp_path / "torn-down"), "TAIL_RECORD": str(tmp_path / "tail-intervals"),
            "TRAINING_FAILURE_RECORD": str(tmp_path / ".9.failure"), "SLURM_NODEID": "0",
-           "SLURMD_NODENAME": "node7", "TMPDIR": str(tmp_path / "scratch")}
+           "SLURMD_NODENAME": "node7", "TMPDIR": str(tmp_path / "scratch"),
+           "TRAINING_FLIGHT_RECORDER_KEEP": str(tmp_path / "nccl-9-0"), **staged}
     (tmp_path / "scratch").mkdir()
     proc = subprocess.run(
         [sys.executable, "-c", wrapper, "--nnodes=1", "--nproc-per-node=1", "--master-addr=127.0.0.1",

@@ -18,7 +18,8 @@ PyTorch's NCCL flight recorder (its last collectives per rank) is dumped on dema
 pipe that the rank's NCCL heartbeat monitor reads; the job script's torchrun wrapper names the pipe
 and the dump file of each worker (TORCH_NCCL_DEBUG_INFO_PIPE_FILE, TORCH_NCCL_DEBUG_INFO_TEMP_FILE)
 in a private folder of the node. A worker without a pipe (gloo, CPU, torch < 2.2, the recorder off)
-is not waited for.
+is not waited for. A dump a worker wrote itself, on an NCCL timeout, is kept by the same rules when
+torchrun ends: the wrapper imports this file from the run's directory (keep_own_timeout_dumps).
 Standard library only: it runs with the training env's python, whatever that env holds.
 """
 
@@ -43,8 +44,15 @@ PY_SPY_SECONDS = 60
 # gives its own dump on a timeout as long (TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC, 15 s by default).
 FLIGHT_RECORDER_SECONDS = 15
 FLIGHT_RECORDER_POLL = 0.2
-# A flight-recorder dump in the run's directory: torchfrtrace reads the rank from the name's end.
+# A flight-recorder dump in the run's directory, of both kinds: one the hang watchdog asked for, and
+# one a worker wrote itself on an NCCL timeout (TORCH_NCCL_DUMP_ON_TIMEOUT), kept by the job script's
+# torchrun wrapper under $TRAINING_FLIGHT_RECORDER_KEEP (<run dir>/nccl-<job>-<restart>) when
+# torchrun ends. torchfrtrace reads the rank from the name's end.
 FLIGHT_RECORDER_NAME = "hang-{job}-{restart}-{node}-nccl-rank{rank}"
+OWN_TIMEOUT_NAME = "{keep}-{node}-rank{rank}"
+# Each worker's dump file in the wrapper's private folder of the node (its
+# TORCH_NCCL_DEBUG_INFO_TEMP_FILE), to which PyTorch adds the global rank.
+TRACE_PREFIX = "trace-"
 
 
 def _environ(pid):
@@ -199,6 +207,24 @@ def keep_flight_recorders(asked, job_id, restart, node, directory, deadline):
               "answer)" for rank in sorted(asked, key=int)]
     return kept, [f"# NCCL flight recorder of rank {rank}: {name}"
                   for rank, name in sorted(kept.items(), key=lambda item: int(item[0]))] + lines
+
+
+def keep_own_timeout_dumps(folder, keep, node):
+    """Copy each dump that a worker wrote itself into ``folder`` (TRACE_PREFIX + its rank) to
+    OWN_TIMEOUT_NAME, as _copy_private does. Returns one line for the log per dump: where it is kept,
+    or why not."""
+    lines = []
+    for name in sorted(os.listdir(folder)):
+        rank = name[len(TRACE_PREFIX):]
+        if not (name.startswith(TRACE_PREFIX) and rank.isdigit()):
+            continue
+        kept = OWN_TIMEOUT_NAME.format(keep=keep, node=node, rank=rank)
+        try:
+            _copy_private(os.path.join(folder, name), kept)
+            lines.append(f"NCCL flight recorder of rank {rank} kept in {kept}")
+        except OSError as error:
+            lines.append(f"NCCL flight recorder of rank {rank} not kept in {kept}: {error}")
+    return lines
 
 
 def dump(job_id, restart, directory, flight_recorder_seconds=FLIGHT_RECORDER_SECONDS):
