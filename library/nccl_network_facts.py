@@ -1040,6 +1040,55 @@ def override_warnings(overrides, hcas, interfaces):
     return warnings
 
 
+# The rules of the settings that need no node to check, in one place for this module's options and
+# for the nccl_env role's (provision.yml's validate tasks and the preflight's, through the
+# nccl_env_input_problems filter), each caller naming them as its users set them.
+CLUSTER_CIDR_RE = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}")
+NCCL_VERSION_RE = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)*")
+
+
+def input_problems(ipv4_addresses, cluster_cidr, nccl_version, prefix=""):
+    """One message per bad value, naming it (as ``prefix`` + the option's name) and what would be
+    right: ipv4_addresses a mapping of interface to a list of IPv4 addresses (a bare string would
+    be read character by character), cluster_cidr empty or an IPv4 network, nccl_version empty or
+    a version as 2.21.5."""
+    problems = []
+    if not isinstance(ipv4_addresses, (dict, type(None))):
+        problems.append(f"{prefix}ipv4_addresses={ipv4_addresses!r} must map each interface to a list of IPv4 "
+                        'addresses, as {"eth0": ["10.77.0.1"]}')
+    for name, addresses in (ipv4_addresses if isinstance(ipv4_addresses, dict) else {}).items():
+        if not isinstance(addresses, list):
+            example = [addresses] if _is_ipv4_address(addresses) else ["10.77.0.1"]
+            problems.append(f"{prefix}ipv4_addresses[{name!r}]={addresses!r} is not a list of IPv4 addresses; "
+                            f"give a list, as {json.dumps({str(name): example})}")
+            continue
+        problems.extend(f"{prefix}ipv4_addresses[{name!r}] holds {address!r}, which is no IPv4 address; "
+                        "give addresses as 10.77.0.1"
+                        for address in addresses if not _is_ipv4_address(address))
+    if cluster_cidr not in ("", None) and not (
+            isinstance(cluster_cidr, str) and CLUSTER_CIDR_RE.fullmatch(cluster_cidr) and _is_ipv4_network(cluster_cidr)):
+        problems.append(f"{prefix}cluster_cidr={cluster_cidr!r} is no IPv4 network; give it empty or as 10.77.0.0/24")
+    # A YAML 2.21 is a float: the version it spells.
+    if nccl_version not in ("", None) and not (
+            isinstance(nccl_version, (str, float)) and NCCL_VERSION_RE.fullmatch(str(nccl_version))):
+        problems.append(f"{prefix}nccl_version={nccl_version!r} is no NCCL version; give it empty or as 2.21.5")
+    return problems
+
+
+def _is_ipv4_address(value):
+    try:
+        return isinstance(value, str) and bool(ipaddress.IPv4Address(value))
+    except ValueError:
+        return False
+
+
+def _is_ipv4_network(value):
+    try:
+        return bool(ipaddress.IPv4Network(value, strict=False))
+    except ValueError:
+        return False
+
+
 def resolve_cluster_address(value):
     """The node's IPv4 cluster address from an address or a host name (ansible_host may be
     either); None for an empty value. Raises ValueError naming the value otherwise."""
@@ -1095,25 +1144,9 @@ def main():
         )
 
     ipv4_addresses = params["ipv4_addresses"]
-    for name, addresses in (ipv4_addresses or {}).items():
-        # A bare string would otherwise be taken apart character by character.
-        if not isinstance(addresses, list):
-            module.fail_json(
-                msg=f"ipv4_addresses[{name}] must be a list of addresses, got {addresses!r}"
-            )
-        for address in addresses:
-            try:
-                ipaddress.IPv4Address(address)
-            except ValueError:
-                module.fail_json(msg=f"ipv4_addresses[{name}] holds {address!r}, which is no IPv4 address")
-    if params["cluster_cidr"]:
-        try:
-            ipaddress.IPv4Network(params["cluster_cidr"], strict=False)
-        except ValueError:
-            module.fail_json(msg=f"cluster_cidr {params['cluster_cidr']!r} is no IPv4 network; "
-                                 "give one as 10.77.0.0/24")
-    if params["nccl_version"] and not parse_nccl_version(params["nccl_version"]):
-        module.fail_json(msg=f"nccl_version {params['nccl_version']!r} is no version; give one as 2.21.5")
+    problems = input_problems(ipv4_addresses, params["cluster_cidr"], params["nccl_version"])
+    if problems:
+        module.fail_json(msg="; ".join(problems))
     try:
         cluster_address = resolve_cluster_address(params["cluster_address"])
     except ValueError as error:

@@ -68,6 +68,12 @@ def _list_entries(value):
     return exclude, exact, [prefix for prefix, _port, _rest in entries]
 
 
+def nccl_env_input_problems(ipv4_addresses, cluster_cidr, nccl_version):
+    """The role's settings that need no node to check (nccl_network_facts' rules, which the module
+    applies to its own options), named as the role's variables."""
+    return _facts.input_problems(ipv4_addresses, cluster_cidr, nccl_version, prefix="nccl_env_")
+
+
 def nccl_env_setting_problems(settings, where):
     """Problems with one node's settings that NCCL or PyTorch would misread."""
     return [problem for _key, problem in _keyed_setting_problems(settings, where)]
@@ -339,6 +345,7 @@ class FilterModule:
             "nccl_env_merge": nccl_env_merge,
             "nccl_env_conf_settings": nccl_env_conf_settings,
             "nccl_env_overrides_of": nccl_env_overrides_of,
+            "nccl_env_input_problems": nccl_env_input_problems,
             "nccl_env_setting_problems": nccl_env_setting_problems,
             "nccl_env_group_problems": nccl_env_group_problems,
             "nccl_env_group_outliers": nccl_env_group_outliers,

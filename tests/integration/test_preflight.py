@@ -1,7 +1,7 @@
 """The preflight on the default local cluster: it passes on a provisioned cluster and prints the
 all-reduce's figures; it fails, naming the node and the setting, and submits nothing, when one
 node's interface setting is wrong, when a node lacks its NCCL configuration, or when a node is
-drained."""
+drained; it refuses a bad NCCL setting of its own, naming it, before it writes or submits anything."""
 
 import json
 import os
@@ -123,6 +123,41 @@ def test_a_hand_edited_nccl_conf_naming_a_missing_hca_names_that_node_alone(clus
         assert listing and sorted(listing.group(1).split(", ")) == [healthy, edited], problem
         assert listing.group(2) == f"node111 is the odd one: {why} (in /etc/nccl.conf; provision.yml writes it anew)"
     assert "every side" not in proc.stdout and "node110 is the odd one" not in proc.stdout
+
+
+@pytest.mark.parametrize("bad, problem", [
+    # A bare string for one interface: the node check would read it character by character.
+    ({"nccl_env_ipv4_addresses": {"eth0": "10.77.0.110"}},
+     "nccl_env_ipv4_addresses['eth0']='10.77.0.110' is not a list of IPv4 addresses; "
+     'give a list, as {"eth0": ["10.77.0.110"]}'),
+    ({"nccl_env_cluster_cidr": "10.77.0.0/33"},
+     "nccl_env_cluster_cidr='10.77.0.0/33' is no IPv4 network; give it empty or as 10.77.0.0/24"),
+], ids=["ipv4-string", "cidr"])
+def test_a_bad_nccl_env_setting_is_refused_before_anything_is_written_or_submitted(cluster, tmp_path, bad, problem):
+    # Set where a site sets them: the submit host's variables in the inventory (-e takes no nccl_env_ keys).
+    inventory = tmp_path / "inventory"
+    shutil.copytree(cluster.inventory, inventory)
+    with open(inventory / "group_vars" / "login.yml", "a") as login:
+        login.write("".join(f"\n{key}: {json.dumps(value)}\n" for key, value in bad.items()))
+    # A jobs directory of this test's own, shared as provision.yml makes <nas>/jobs (1777): the node
+    # check's directory would be made in it.
+    jobs = Path(tempfile.mkdtemp(prefix="test-preflight-settings-", dir=cluster.nas))
+    jobs.chmod(0o1777)
+    outputs = tmp_path / "not-made-yet"
+    try:
+        before = next_job_id(cluster)
+        proc = preflight(outputs, NODES, f"slurm_launch_jobs_dir={jobs}", inventory=inventory)
+        output = proc.stdout + proc.stderr
+        assert proc.returncode != 0, output[-3000:]
+        assert f"[ERROR]: Task failed: Action failed: {problem}\n" in output, output[-3000:]
+        assert "TASK [hpc.slurm_train.nccl_env : Check the NCCL settings the preflight's node check applies.]" in output
+        # Refused before Slurm is asked about the nodes, and before anything is made or submitted.
+        assert "Look up the nodes" not in output and "Make the node check's directory" not in output, output[-3000:]
+        assert list(jobs.iterdir()) == [], "no node-check directory is made"
+        assert not outputs.exists(), "no outputs are written"
+        assert next_job_id(cluster) == before, "nothing is submitted"
+    finally:
+        shutil.rmtree(jobs)
 
 
 @pytest.fixture

@@ -401,3 +401,10 @@ def test_once_a_host_override_names_the_odd_one_the_groups_overrides_are_not_cou
                                              [{}, {}, {"NCCL_DEBUG": "INFO"}])
     assert sorted(found) == ["c1", "c2", "c3"], found
     assert all("every side (c1, c2, c3) is named" in problems[0] for problems in found.values()), found
+
+
+def test_input_problems_names_the_roles_variables_by_the_modules_rules():
+    assert nccl_env.nccl_env_input_problems({"eth0": ["10.77.0.1"]}, "10.77.0.0/24", "2.21.5") == []
+    assert nccl_env.nccl_env_input_problems({"eth0": "10.77.0.1"}, "10.77.0", "") == [
+        "nccl_env_" + problem for problem in facts.input_problems({"eth0": "10.77.0.1"}, "10.77.0", "")]
+    assert nccl_env.nccl_env_input_problems({}, "10.77.0", "")[0].startswith("nccl_env_cluster_cidr='10.77.0' ")

@@ -433,19 +433,69 @@ def test_module_fails_on_missing_sysfs_root(capsys, tmp_path):
 def test_module_rejects_an_address_string_instead_of_a_list(capsys):
     result = run_module(capsys, sysfs_root=sysfs("no_hca"), ipv4_addresses={"eth0": "10.0.0.5"})
     assert result["failed"] is True
-    assert result["msg"] == "ipv4_addresses[eth0] must be a list of addresses, got '10.0.0.5'"
+    assert result["msg"] == ("ipv4_addresses['eth0']='10.0.0.5' is not a list of IPv4 addresses; "
+                             'give a list, as {"eth0": ["10.0.0.5"]}')
 
 
 @pytest.mark.parametrize("args, message", [
-    ({"cluster_cidr": "10.77.0.0/33"}, "cluster_cidr '10.77.0.0/33' is no IPv4 network; give one as 10.77.0.0/24"),
-    ({"nccl_version": "latest"}, "nccl_version 'latest' is no version; give one as 2.21.5"),
-    ({"ipv4_addresses": {"eth0": ["10.0.0.300"]}}, "ipv4_addresses[eth0] holds '10.0.0.300', which is no IPv4 address"),
+    ({"cluster_cidr": "10.77.0.0/33"}, "cluster_cidr='10.77.0.0/33' is no IPv4 network; give it empty or as 10.77.0.0/24"),
+    ({"nccl_version": "latest"}, "nccl_version='latest' is no NCCL version; give it empty or as 2.21.5"),
+    ({"ipv4_addresses": {"eth0": ["10.0.0.300"]}},
+     "ipv4_addresses['eth0'] holds '10.0.0.300', which is no IPv4 address; give addresses as 10.77.0.1"),
     ({"cluster_address": "no-such-host.invalid"}, "cluster_address 'no-such-host.invalid' is neither an IPv4 address"),
 ])
 def test_module_refuses_bad_input_naming_it(capsys, args, message):
     result = run_module(capsys, sysfs_root=sysfs("no_hca"), **args)
     assert result["failed"] is True
     assert result["msg"].startswith(message)
+
+
+# The rules the module, provision.yml's validate tasks and the preflight share (input_problems).
+@pytest.mark.parametrize("ipv4_addresses, cidr, version", [
+    (None, "", ""),
+    ({}, None, None),
+    ({"eth0": ["10.77.0.1"], "ib0": ["10.10.0.1", "10.10.1.1"], "eth1": []}, "10.77.0.0/24", "2.21.5"),
+    ({"eth0": ["10.77.0.1"]}, "10.77.0.5/16", "2.18"),
+    ({}, "", 2.21),
+])
+def test_input_problems_takes_good_values(ipv4_addresses, cidr, version):
+    assert nccl.input_problems(ipv4_addresses, cidr, version) == []
+
+
+@pytest.mark.parametrize("ipv4_addresses, cidr, version, problem", [
+    # A bare string, which would be read character by character: the fix keeps the address given.
+    ({"eth0": "10.0.0.1"}, "", "",
+     "ipv4_addresses['eth0']='10.0.0.1' is not a list of IPv4 addresses; give a list, as {\"eth0\": [\"10.0.0.1\"]}"),
+    ({"eth0": "eth0"}, "", "",
+     "ipv4_addresses['eth0']='eth0' is not a list of IPv4 addresses; give a list, as {\"eth0\": [\"10.77.0.1\"]}"),
+    ({"eth0": ["10.0.0.1", "fe80::1"]}, "", "",
+     "ipv4_addresses['eth0'] holds 'fe80::1', which is no IPv4 address; give addresses as 10.77.0.1"),
+    ({"eth0": [167772161]}, "", "",
+     "ipv4_addresses['eth0'] holds 167772161, which is no IPv4 address; give addresses as 10.77.0.1"),
+    (["10.0.0.1"], "", "",
+     "ipv4_addresses=['10.0.0.1'] must map each interface to a list of IPv4 addresses, as {\"eth0\": [\"10.77.0.1\"]}"),
+    # ipaddress alone would take these: a network needs its prefix length, the address its four parts.
+    ({}, "10.77.0.0", "", "cluster_cidr='10.77.0.0' is no IPv4 network; give it empty or as 10.77.0.0/24"),
+    ({}, "10.77.0.0/255.255.255.0", "",
+     "cluster_cidr='10.77.0.0/255.255.255.0' is no IPv4 network; give it empty or as 10.77.0.0/24"),
+    ({}, "10.77.0.0/33", "", "cluster_cidr='10.77.0.0/33' is no IPv4 network; give it empty or as 10.77.0.0/24"),
+    ({}, "10.77.0.300/24", "", "cluster_cidr='10.77.0.300/24' is no IPv4 network; give it empty or as 10.77.0.0/24"),
+    ({}, "10.77.0.0/24 ", "", "cluster_cidr='10.77.0.0/24 ' is no IPv4 network; give it empty or as 10.77.0.0/24"),
+    ({}, "", "2", "nccl_version='2' is no NCCL version; give it empty or as 2.21.5"),
+    ({}, "", "2.21.5-1", "nccl_version='2.21.5-1' is no NCCL version; give it empty or as 2.21.5"),
+    ({}, "", "v2.21", "nccl_version='v2.21' is no NCCL version; give it empty or as 2.21.5"),
+    ({}, "", True, "nccl_version=True is no NCCL version; give it empty or as 2.21.5"),
+])
+def test_input_problems_names_each_bad_value_and_what_would_be_right(ipv4_addresses, cidr, version, problem):
+    assert nccl.input_problems(ipv4_addresses, cidr, version) == [problem]
+    assert nccl.input_problems(ipv4_addresses, cidr, version, prefix="nccl_env_") == ["nccl_env_" + problem]
+
+
+def test_input_problems_names_every_bad_value_at_once():
+    found = nccl.input_problems({"eth0": "10.0.0.1", "eth1": ["x", "10.0.0.2", "y"]}, "bad", "bad")
+    assert [problem.split(" ", 1)[0] for problem in found] == [
+        "ipv4_addresses['eth0']='10.0.0.1'", "ipv4_addresses['eth1']", "ipv4_addresses['eth1']",
+        "cluster_cidr='bad'", "nccl_version='bad'"]
 
 
 # --- every operstate the kernel documents ---------------------------------------------
