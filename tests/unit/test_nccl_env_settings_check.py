@@ -4,11 +4,9 @@ role-argument validation of the `settings` entry point (the main entry point's d
 and values by the rules validate.yml applies. Run as the preflight runs them: ansible-playbook,
 the role included with tasks_from, the values given with -e."""
 
-import json
-import os
-import subprocess
+import pytest
 
-from conftest import PROJECT_ROOT
+from conftest import failed_task, run_role_tasks
 
 PATH_RULE = "is not allowed: an absolute path of letters, digits, '_', '.', '+', '-' and '/', without '..'"
 BAD = {"nccl_env_ipv4_addresses": {"eth0": "10.0.0.1"}, "nccl_env_cluster_cidr": "10.77.0.0/33",
@@ -21,47 +19,21 @@ PROBLEMS = [
 ]
 
 
-def run_role(tmp_path, tasks_from, **extra_vars):
-    """ansible-playbook on localhost of the nccl_env role (``tasks_from``, None for main); its output."""
-    include = {"name": "hpc.slurm_train.nccl_env", **({"tasks_from": tasks_from} if tasks_from else {})}
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps([{
-        "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "tasks": [{"name": "Take the settings.", "ansible.builtin.include_role": include}]}]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    proc = subprocess.run([str(PROJECT_ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,",
-                           str(playbook), "-e", json.dumps(extra_vars)],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=120)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def failed_task(output):
-    """The task that failed and the error line ansible-playbook prints for it (what the user reads)."""
-    lines = output.splitlines()
-    error = next(i for i, line in enumerate(lines) if line.startswith("[ERROR]: Task failed: Action failed: "))
-    task = next(line for line in reversed(lines[:error]) if line.startswith("TASK ["))
-    return task, lines[error].removeprefix("[ERROR]: Task failed: Action failed: ")
-
-
-def test_the_preflights_settings_refuse_bad_values_naming_each_and_what_would_be_right(tmp_path):
-    rc, out = run_role(tmp_path, "settings", **BAD)
+@pytest.mark.parametrize(("tasks_from", "task"), [
+    ("settings", "Check the NCCL settings the preflight's node check applies."),
+    ("validate", "Check the NCCL role's settings and the inventory's."),  # provision.yml's
+])
+def test_the_preflight_and_provision_refuse_bad_values_naming_each_and_what_would_be_right(tmp_path, tasks_from,
+                                                                                            task):
+    rc, out = run_role_tasks(tmp_path, "nccl_env", tasks_from, **BAD)
     assert rc != 0, out
-    task, message = failed_task(out)
-    assert task.startswith("TASK [hpc.slurm_train.nccl_env : Check the NCCL settings the preflight's node check applies.]"), out
-    assert message == "; ".join(PROBLEMS), message
-
-
-def test_provisions_validate_tasks_say_the_same_words(tmp_path):
-    rc, out = run_role(tmp_path, "validate", **BAD)
-    assert rc != 0, out
-    task, message = failed_task(out)
-    assert task.startswith("TASK [hpc.slurm_train.nccl_env : Check the NCCL role's settings and the inventory's.]"), out
+    failed, message = failed_task(out)
+    assert failed.startswith(f"TASK [hpc.slurm_train.nccl_env : {task}]"), out
     assert message == "; ".join(PROBLEMS), message
 
 
 def test_the_preflights_settings_take_good_values(tmp_path):
-    rc, out = run_role(tmp_path, "settings", nccl_env_ipv4_addresses={"eth0": ["10.77.0.1"]},
+    rc, out = run_role_tasks(tmp_path, "nccl_env", "settings", nccl_env_ipv4_addresses={"eth0": ["10.77.0.1"]},
                        nccl_env_cluster_cidr="10.77.0.0/24", nccl_env_nccl_version="2.21.5",
                        nccl_env_sysfs_root="/srv/sysfs+recorded", nccl_env_prefer_gid_type="IB/RoCE v1")
     assert rc == 0, out
@@ -75,7 +47,7 @@ def test_a_wrong_type_or_choice_is_refused_as_provision_refuses_it(tmp_path):
              "argument 'nccl_env_ipv4_addresses' is of type list and we were unable to convert to dict",
              "argument 'nccl_env_exclude_interfaces' is of type dict and we were unable to convert to list"]
     for tasks_from, entry_point in (("settings", "settings"), (None, "main")):
-        rc, out = run_role(tmp_path, tasks_from, **wrong)
+        rc, out = run_role_tasks(tmp_path, "nccl_env", tasks_from, **wrong)
         assert rc != 0, out
         assert f"Validating arguments against arg spec '{entry_point}'" in out, out
         for said in words:

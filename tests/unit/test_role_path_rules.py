@@ -3,38 +3,14 @@
 words: each bad path named with its value, before anything is installed. Run as an admin runs
 them: ansible-playbook, the role's own validate tasks, the values given with -e."""
 
-import json
-import os
-import subprocess
-import sys
-
-import pytest
-
-from conftest import PROJECT_ROOT
+from conftest import failed_task, run_role_tasks
 
 RULE = "is not allowed: an absolute path of letters, digits, '_', '.', '+', '-' and '/', without '..'"
 
 
 def validate(role, tmp_path, **extra_vars):
-    """ansible-playbook on localhost of ``role``'s tasks/validate.yml; its output."""
-    playbook = tmp_path / "validate.yml"
-    playbook.write_text(json.dumps([{
-        "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "tasks": [{"name": "Validate.", "ansible.builtin.include_role": {"name": f"hpc.slurm_train.{role}", "tasks_from": "validate"}}]}]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT_ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    proc = subprocess.run([str(PROJECT_ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,",
-                           str(playbook), "-e", json.dumps(extra_vars)],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, env=env, timeout=120)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def failed_task(output):
-    """The task that failed and the error line ansible-playbook prints for it (what the admin reads)."""
-    lines = output.splitlines()
-    error = next(i for i, line in enumerate(lines) if line.startswith("[ERROR]: Task failed: Action failed: "))
-    task = next(line for line in reversed(lines[:error]) if line.startswith("TASK ["))
-    return task, lines[error]
+    """The role's tasks/validate.yml run by ansible-playbook; (returncode, output)."""
+    return run_role_tasks(tmp_path, role, "validate", **extra_vars)
 
 
 def test_conda_refuses_each_bad_path_by_name_in_the_shared_rules_words(tmp_path):
