@@ -113,6 +113,22 @@ def test_a_finished_job_without_its_elapsed_time_shows_a_dash():
     assert row[4:8] == ["0", "node110,node111", "-", "0"]
 
 
+@pytest.mark.parametrize("cost, shown", [
+    ({"hours": 0.0133, "lost_hours": 0.0067, "unit": "GPU"}, "0.0133 GPU-h (0.0067 lost)"),
+    # Nothing lost is not said; a CPU job's hours are CPU-hours.
+    ({"hours": 0.0889, "lost_hours": 0.0, "unit": "CPU"}, "0.0889 CPU-h"),
+])
+def test_a_finished_jobs_cost_is_its_hours_and_what_was_lost(cost, shown):
+    row = runs.jobs_table([], [finished(10, cost=cost)])[1]
+    assert f" {shown} " in row and row.count("lost") == shown.count("lost"), row
+
+
+@pytest.mark.parametrize("cost", [None, {"hours": None, "lost_hours": 0.5}, "0.1"])
+def test_a_finished_job_without_a_cost_shows_a_dash(cost):
+    row = runs.jobs_table([], [finished(10, cost=cost)])[1].split()
+    assert row[7:9] == ["0", "-"] and "-h" not in " ".join(row), row
+
+
 def test_broken_records_before_good_ones_leave_the_good_ones_shown():
     lines = runs.jobs_table([{**squeued(8), "job_id": "7+1"}, squeued(11)], [{"job_id": "x"}, finished(10)])
     assert [line.split()[0] for line in lines[1:]] == ["11", "10"]

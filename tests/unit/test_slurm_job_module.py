@@ -1664,11 +1664,37 @@ def test_a_node_failure_slurm_did_not_requeue_records_the_down_node_alone(slurm_
     assert json.loads(record.read_text())["nodes"]["rec2"]["since"] == 100
 
 
-@pytest.mark.parametrize("args", [{"bad_node_hours": 0}, {"run_records": None}])
+@pytest.mark.parametrize("args", [{"bad_node_hours": 0}, {"bad_node_hours": -0.5}, {"run_records": None}])
 def test_without_hours_or_a_jobs_root_a_node_failure_records_nothing(slurm_cli, clock, tmp_path, job_output, args):
     jobs = node_failed_job(tmp_path, job_output, slurm_cli)
     outcome = run_module({"job_id": 1234, "run_records": str(jobs), "bad_node_hours": 24, **args})
     assert outcome.result["marked_bad_nodes"] is None and not (jobs / "root" / "nodes.json").exists()
+
+
+@pytest.mark.parametrize("args, check_mode", [
+    ({"job_id": 1234}, False),  # the module's own default: a user of the module records nothing unasked
+    ({"job_id": 1234, "bad_node_hours": 24}, True),  # --check predicts; it writes no record
+])
+def test_a_node_failure_records_nothing_by_the_modules_default_or_in_check_mode(slurm_cli, clock, tmp_path,
+                                                                                 job_output, args, check_mode):
+    jobs = node_failed_job(tmp_path, job_output, slurm_cli)
+    outcome = run_module({**args, "run_records": str(jobs)}, check_mode=check_mode)
+    assert outcome.result["outcome"] == "node_failure", outcome.result.get("msg")
+    assert outcome.result["marked_bad_nodes"] is None and not (jobs / "root" / "nodes.json").exists()
+
+
+def test_a_node_failure_is_recorded_for_part_of_an_hour(slurm_cli, clock, tmp_path, job_output):
+    jobs = node_failed_job(tmp_path, job_output, slurm_cli)
+    run_module({"job_id": 1234, "run_records": str(jobs), "bad_node_hours": 0.5})
+    mark = json.loads((jobs / "root" / "nodes.json").read_text())["nodes"]["rec2"]
+    assert mark["until"] - mark["since"] == 1800
+
+
+def test_a_job_that_completed_leaves_the_users_bad_nodes_alone(slurm_cli, clock, tmp_path, job_output):
+    run_record_job(tmp_path, job_output, slurm_cli)
+    outcome = run_module({"job_id": 1234, "run_records": str(tmp_path / "jobs"), "bad_node_hours": 24})
+    assert outcome.result["state"] == "COMPLETED" and outcome.result["marked_bad_nodes"] is None
+    assert not (tmp_path / "jobs" / "root" / "nodes.json").exists()
 
 
 def test_a_planted_bad_nodes_record_is_refused_and_the_jobs_result_stands(slurm_cli, clock, tmp_path, job_output,
